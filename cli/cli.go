@@ -1,0 +1,196 @@
+// Package cli is the pipeline command line: run, validate, broker, offsets,
+// transactions and version. It is a package rather than part of
+// cmd/pipeline so that a Go user can build their own binary with their own
+// operators:
+//
+//	func main() {
+//		reg := pipeline.NewRegistry()
+//		reg.Register("geoip", newGeoIP)
+//		os.Exit(cli.Main(os.Args[1:], reg))
+//	}
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/pipeline"
+)
+
+// Version is set at build time with -ldflags "-X github.com/pipeline-run/pipeline/cli.Version=...".
+var Version = "dev"
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // the pipeline failed while running
+	ExitUsage   = 2 // bad usage or bad configuration; nothing ran
+)
+
+// usageError marks errors that exit with ExitUsage.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// env is what a command runs with; tests replace the streams.
+type env struct {
+	reg    *pipeline.Registry
+	stdout io.Writer
+	stderr io.Writer
+}
+
+const usage = `pipeline runs exactly-once Kafka-to-Kafka stream-processing pipelines.
+
+Usage:
+  pipeline run -c FILE             run the pipeline until SIGINT/SIGTERM
+  pipeline validate -c FILE        check a configuration and print its graph
+  pipeline broker --port N [--data-dir DIR] [--topics a,b --partitions P]
+                                   run the embedded Kafka-protocol broker
+  pipeline offsets show -c FILE    committed offsets and lag of the pipeline's group
+  pipeline offsets reset -c FILE --to earliest|latest
+                                   move the group's offsets (pipeline stopped)
+  pipeline transactions hanging -c FILE [--abort]
+                                   list (and abort) transactions left open on outputs
+  pipeline version                 print the version
+
+Exit status: 0 ok, 1 runtime failure, 2 bad usage or configuration.
+`
+
+// Main runs the command line with args (without the program name) and the
+// operators of reg, and returns the exit status.
+func Main(args []string, reg *pipeline.Registry) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := &env{reg: reg, stdout: os.Stdout, stderr: os.Stderr}
+	return e.main(ctx, args)
+}
+
+func (e *env) main(ctx context.Context, args []string) int {
+	err := e.dispatch(ctx, args)
+	if err == nil {
+		return ExitOK
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	var ue usageError
+	var ce config.Errors
+	var be pipeline.BuildErrors
+	switch {
+	case errors.As(err, &ue), errors.As(err, &ce), errors.As(err, &be):
+		fmt.Fprintln(e.stderr, "pipeline:", indent(err.Error()))
+		return ExitUsage
+	}
+	fmt.Fprintln(e.stderr, "pipeline:", indent(err.Error()))
+	return ExitFailure
+}
+
+func indent(s string) string {
+	if !strings.Contains(s, "\n") {
+		return s
+	}
+	return "\n  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+func (e *env) dispatch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, usage)
+		return usagef("no command given")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return e.run(ctx, rest)
+	case "validate":
+		return e.validate(rest)
+	case "broker":
+		return e.broker(ctx, rest)
+	case "offsets":
+		return e.offsets(ctx, rest)
+	case "transactions":
+		return e.transactions(ctx, rest)
+	case "version", "--version", "-version":
+		fmt.Fprintln(e.stdout, "pipeline", Version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(e.stdout, usage)
+		return nil
+	}
+	fmt.Fprint(e.stderr, usage)
+	return usagef("unknown command %q", cmd)
+}
+
+// flags returns a flag set for a command that reports its errors as usage
+// errors and prints its help to stderr.
+func (e *env) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+// loadConfig loads and validates the file, then builds the graph so that
+// operator and expression errors are found before anything runs.
+func (e *env) loadConfig(path string) (*config.Config, *pipeline.Graph, error) {
+	if path == "" {
+		return nil, nil, usagef("-c FILE is required")
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		var ce config.Errors
+		if errors.As(err, &ce) {
+			return nil, nil, err
+		}
+		return nil, nil, usageError{err}
+	}
+	g, err := pipeline.Build(cfg, e.reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, g, nil
+}
+
+func newLogger(w io.Writer, c config.Log, override string) *slog.Logger {
+	level := slog.LevelInfo
+	name := c.Level
+	if override != "" {
+		name = override
+	}
+	switch strings.ToLower(name) {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

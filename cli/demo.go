@@ -1,0 +1,227 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// demoRun is the built-in feeder of the quick start: it writes sensor
+// readings to the demo topic at a set rate, waits until the pipeline has
+// committed all of them, and reads the outputs back with read_committed.
+type demoRun struct {
+	cfg  *config.Config
+	log  *slog.Logger
+	cl   *kgo.Client // produces, and reads back read_committed
+	adm  *kadm.Client
+	sent int
+	bad  int
+}
+
+// poisonEvery is how often the feeder writes a record that is not JSON, to
+// show the dead-letter topic at work.
+const poisonEvery = 2500
+
+func newDemo(ctx context.Context, cfg *config.Config, seeds []string, log *slog.Logger) (*demoRun, error) {
+	base, err := pipeline.ClientOpts(cfg, seeds, nil)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(base, kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		return nil, err
+	}
+	d := &demoRun{cfg: cfg, log: log.With("component", "demo"), cl: cl, adm: kadm.NewClient(cl)}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := d.adm.CreateTopic(cctx, cfg.Demo.Partitions, cfg.Topics.ReplicationFactor, nil, cfg.Demo.Topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		cl.Close()
+		return nil, fmt.Errorf("demo.topic: creating %q: %w", cfg.Demo.Topic, err)
+	}
+	return d, nil
+}
+
+func (d *demoRun) close() { d.cl.Close() }
+
+type reading struct {
+	Sensor      string  `json:"sensor"`
+	Temperature float64 `json:"temperature"`
+	TS          int64   `json:"ts"`
+	Seq         int     `json:"seq"`
+}
+
+// feedAndWait writes the demo records, then waits until the group has
+// committed up to the end of the demo topic.
+func (d *demoRun) feedAndWait(ctx context.Context, group string) error {
+	dc := d.cfg.Demo
+	rng := rand.New(rand.NewPCG(uint64(dc.Seed), 0x5eed))
+	d.log.Info("feeding sensor readings", "topic", dc.Topic, "records", dc.Records, "rate_per_s", dc.Rate)
+
+	var failed error
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil && failed == nil {
+			failed = err
+		}
+	}
+	// Pace in 10 ms slices; at low rates a slice may hold no record.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	for i := 0; i < dc.Records; i++ {
+		if due := start.Add(time.Duration(float64(i) / float64(dc.Rate) * float64(time.Second))); time.Now().Before(due) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
+		}
+		sensor := fmt.Sprintf("sensor-%02d", rng.IntN(dc.Sensors))
+		var value []byte
+		if (i+1)%poisonEvery == 0 {
+			value = []byte(`{"sensor": "` + sensor + `", "temperature": `) // cut short: not JSON
+			d.bad++
+		} else {
+			value, _ = json.Marshal(reading{Sensor: sensor, Temperature: 10 + rng.Float64()*25, TS: time.Now().UnixMilli(), Seq: i})
+		}
+		d.cl.Produce(ctx, &kgo.Record{Topic: dc.Topic, Key: []byte(sensor), Value: value}, promise)
+		d.sent++
+	}
+	if err := d.cl.Flush(ctx); err != nil {
+		return err
+	}
+	if failed != nil {
+		return fmt.Errorf("demo feeder: %w", failed)
+	}
+	d.log.Info("all readings written; waiting for the pipeline to commit them", "records", d.sent)
+	for {
+		lags, err := offsets.Describe(ctx, d.adm, group, dc.Topic)
+		if err == nil {
+			var lag int64
+			for _, l := range lags {
+				lag += l.Lag
+			}
+			if lag == 0 && len(lags) > 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// report reads every sink topic and the dead-letter topic back with
+// read_committed and prints what a user should see.
+func (d *demoRun) report(ctx context.Context, w io.Writer, cfg *config.Config, st pipeline.Stats, cps *checkpointLog, elapsed time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	topics := []string{}
+	for _, s := range cfg.Sinks {
+		topics = append(topics, s.Topic)
+	}
+	if cfg.DeadLetter.Topic != "" {
+		topics = append(topics, cfg.DeadLetter.Topic)
+	}
+	counts, samples, err := readBack(ctx, d.cl, d.adm, topics, 3)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n%s: read back with read_committed:\n", cfg.Name)
+	sort.Strings(topics)
+	for _, t := range topics {
+		fmt.Fprintf(w, "  %-20s %7d records\n", t, counts[t])
+		for _, s := range samples[t] {
+			fmt.Fprintf(w, "      %s\n", s)
+		}
+	}
+	p50, p99, max := cps.percentiles()
+	rate := float64(st.RecordsIn) / elapsed.Seconds()
+	fmt.Fprintf(w, "\nsummary: %d records in, %d out (%d dead letters), %d checkpoints committed, %d aborted, %.0f records/s over %s\n",
+		st.RecordsIn, st.RecordsOut, st.DeadLetters, st.Committed, st.Aborted, rate, elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "commit phase of checkpoints: p50 %s, p99 %s, max %s\n", p50.Round(time.Millisecond), p99.Round(time.Millisecond), max.Round(time.Millisecond))
+	if st.RecordsIn != int64(d.sent) {
+		return fmt.Errorf("demo: %d records written but the pipeline committed %d", d.sent, st.RecordsIn)
+	}
+	return nil
+}
+
+// readBack consumes topics from the start to their read_committed end and
+// returns the count per topic and a few sample values.
+func readBack(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topics []string, nSamples int) (map[string]int, map[string][]string, error) {
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return nil, nil, err
+	}
+	want := map[string]map[int32]kgo.Offset{}
+	left := map[string]map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil || o.Offset == 0 {
+			return
+		}
+		if want[o.Topic] == nil {
+			want[o.Topic] = map[int32]kgo.Offset{}
+			left[o.Topic] = map[int32]int64{}
+		}
+		want[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
+		left[o.Topic][o.Partition] = o.Offset
+	})
+	counts := map[string]int{}
+	samples := map[string][]string{}
+	if len(want) == 0 {
+		return counts, samples, nil
+	}
+	cl.AddConsumePartitions(want)
+	defer cl.PurgeTopicsFromConsuming(topics...)
+	// A partition is done when a record at or past its end arrives; a
+	// transaction marker may be the last offset, so a quiet second also
+	// ends the read.
+	for len(left) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("reading outputs back: %w", err)
+		}
+		if fs.NumRecords() == 0 && pctx.Err() != nil {
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			counts[r.Topic]++
+			if len(samples[r.Topic]) < nSamples {
+				s := fmt.Sprintf("key=%s value=%s", r.Key, r.Value)
+				for _, h := range r.Headers {
+					if h.Key == pipeline.HeaderError {
+						s += " error=" + string(h.Value)
+					}
+				}
+				samples[r.Topic] = append(samples[r.Topic], s)
+			}
+			if r.Offset+1 >= left[r.Topic][r.Partition] {
+				delete(left[r.Topic], r.Partition)
+				if len(left[r.Topic]) == 0 {
+					delete(left, r.Topic)
+				}
+			}
+		})
+	}
+	return counts, samples, nil
+}

@@ -1,0 +1,180 @@
+// Package config turns a pipeline's YAML file, plus PIPELINE_* environment
+// overrides, into a typed and validated Config.
+//
+// The file is read twice over: yaml.v3 parses it into a node tree, which
+// gives every setting its line and lets unknown keys be reported, and viper
+// layers the scalar settings (file, then environment, then defaults). The
+// sources, steps and sinks maps are read from the node tree directly: they
+// are not overridable from the environment, and viper would lower-case
+// their keys (stream names, header names, operator specs).
+//
+// viper is used only inside this package.
+package config
+
+import "time"
+
+// Config is one pipeline's configuration, with defaults applied. Build it
+// with Load or Parse; a Config built by hand can be checked with Validate.
+type Config struct {
+	Name         string  // required; [A-Za-z0-9._-]+
+	Brokers      Brokers // required
+	InstanceID   string  // `instance_id`; default os.Hostname(); same charset as Name
+	Group        string  // consumer group id; default Name
+	TLS          TLS
+	SASL         SASL
+	Consumer     Consumer
+	Producer     Producer
+	Checkpoint   Checkpoint
+	Transactions Transactions
+	Topics       Topics     // defaults for the topics the pipeline creates
+	Sources      []Source   // from the YAML map `sources:`, sorted by name
+	Steps        []Step     // from the YAML list `steps:`, in order
+	Sinks        []Sink     // from the YAML map `sinks:`, sorted by name
+	DeadLetter   DeadLetter // `dead_letter`
+	Log          Log
+	Metrics      Metrics
+	Demo         Demo // the built-in demo feeder; the zero value when absent
+
+	lines    map[string]int    // YAML path -> line, from the parsed file
+	env      map[string]string // YAML path -> the environment variable that set it
+	clusters []clusterRef      // brokers named again under a source, sink or dead_letter
+}
+
+// Brokers is where Kafka is: a list of host:port addresses, or the embedded
+// broker. Exactly one of the two is set in a valid Config.
+type Brokers struct {
+	Embedded bool
+	Addrs    []string
+}
+
+// TLS configures TLS to the brokers. Setting any file implies Enabled.
+// Relative file names are relative to the working directory.
+type TLS struct {
+	Enabled            bool
+	CAFile             string // `ca_file`; default: the system roots
+	CertFile           string // `cert_file`; client certificate, with KeyFile
+	KeyFile            string // `key_file`
+	ServerName         string // `server_name`; default: the broker's host
+	InsecureSkipVerify bool   // `insecure_skip_verify`
+}
+
+// SASL configures SASL authentication. An empty Mechanism turns it off.
+type SASL struct {
+	Mechanism string // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (normalised to upper case)
+	Username  string
+	Password  string
+}
+
+// Consumer tunes the source consumer. Isolation is always read_committed.
+type Consumer struct {
+	StartFrom        string        // `start_from`: earliest (default) or latest, when the group has no offsets
+	SessionTimeout   time.Duration // `session_timeout`; default 45s; >= 6s
+	RebalanceTimeout time.Duration // `rebalance_timeout`; default 60s
+	FetchMaxBytes    int32         // `fetch_max_bytes`; default 50 MiB
+	MaxPollRecords   int           // `max_poll_records`; default 10000
+}
+
+// Producer tunes the transactional producer.
+type Producer struct {
+	Compression        string        // none, gzip, snappy, lz4 (default) or zstd
+	Linger             time.Duration // default 0
+	BatchMaxBytes      int32         // `batch_max_bytes`; default 1 MiB
+	MaxBufferedRecords int           // `max_buffered_records`; default 100000
+	MaxBufferedBytes   int64         // `max_buffered_bytes`; default 256 MiB
+}
+
+// Checkpoint says how often the pipeline commits.
+type Checkpoint struct {
+	Interval   time.Duration // default 1s
+	Timeout    time.Duration // default 30s: how long barrier, prepare and commit may take
+	MaxRecords int           // `max_records`; default 200000: a checkpoint starts early after this many records
+}
+
+// Transactions configures the transactional producer's identity and
+// time-out. Timeout must exceed Checkpoint.Interval + Checkpoint.Timeout,
+// or the broker could abort a transaction the pipeline still means to
+// commit.
+type Transactions struct {
+	IDPrefix string        // `id_prefix`; default Name
+	Timeout  time.Duration // default 60s
+}
+
+// ID returns the transactional id of the instance instanceID.
+func (t Transactions) ID(instanceID string) string { return t.IDPrefix + "-" + instanceID }
+
+// Topics holds the defaults for the topics the pipeline creates (sinks,
+// the dead-letter topic, changelogs and repartition topics).
+type Topics struct {
+	Partitions        int32             // default 0: as many as the largest source topic
+	ReplicationFactor int16             // `replication_factor`; default -1: the broker's default
+	Configs           map[string]string // extra topic configs, e.g. compression.type
+}
+
+// Source reads one or more topics into one stream, named Name.
+type Source struct {
+	Name      string
+	Topics    []string
+	Format    string // value format: json (default), string or bytes
+	KeyFormat string // `key_format`: string (default), json or bytes
+	Path      string // "sources.<name>", for messages
+}
+
+// Step is one operator of the pipeline, as configured. Config knows the
+// shape of a step, not its kinds: the graph builder checks Kind and Spec.
+type Step struct {
+	Name string   // default "<kind><index+1>", e.g. "map2"
+	From []string // the streams it reads; defaulted to the step above (or the only source)
+	Kind string   // the operator key, e.g. "filter"
+	Spec any      // the value under Kind as plain Go values: string, int, float64, bool, nil, []any, map[string]any
+	Path string   // "steps[<index>]", for messages
+}
+
+// Sink writes one stream to one topic.
+type Sink struct {
+	Name       string
+	From       string            // default: the last step (or the only source when there are no steps)
+	Topic      string            // required
+	Key        string            // optional expression for the record key
+	Value      string            // optional expression for the record value
+	Headers    map[string]string // optional header name -> expression
+	Format     string            // json (default), string or bytes
+	KeyFormat  string            // `key_format`: string (default), json or bytes
+	Partitions int32             // 0: Topics.Partitions
+	Path       string            // "sinks.<name>", for messages
+}
+
+// DeadLetter names the topic that receives records failing to decode or
+// process. An empty Topic means there is none: such a record stops the
+// pipeline.
+type DeadLetter struct {
+	Topic string
+}
+
+// Log configures the service's own log.
+type Log struct {
+	Level  string // debug, info (default), warn or error
+	Format string // text (default) or json
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	Listen string // host:port serving /metrics; empty: none
+}
+
+// Demo configures the built-in feeder that writes fake sensor readings to a
+// source topic. It is the zero value when the file has no `demo:` section.
+type Demo struct {
+	Topic      string // the topic the feeder writes; one of the source topics
+	Rate       int    // records per second; default 1000
+	Records    int    // records in all; default 10000. The run ends once they are processed
+	Sensors    int    // distinct sensor ids; default 20
+	Partitions int32  // partitions of the demo topic; default 3
+	Seed       int64  // random seed
+}
+
+// Line returns the line of the YAML file that holds the setting at path, a
+// dotted path such as "sinks.alerts.topic" or "steps[2].map.value", or 0
+// when it is not in the file.
+func (c *Config) Line(path string) int {
+	return c.lines[path]
+}

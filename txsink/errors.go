@@ -1,0 +1,95 @@
+package txsink
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// ErrFenced means a newer producer with our transactional id, or a newer
+// group member with our instance id, took over: this instance is a zombie.
+var ErrFenced = errors.New("fenced")
+
+// ProduceError is the first produce failure of a transaction. The
+// transaction was aborted; replaying from the committed offsets is safe.
+type ProduceError struct {
+	Topic     string
+	Partition int32
+	Err       error
+}
+
+func (e *ProduceError) Error() string {
+	return fmt.Sprintf("producing to %s/%d: %v", e.Topic, e.Partition, e.Err)
+}
+
+func (e *ProduceError) Unwrap() error { return e.Err }
+
+// UnknownOutcomeError means ending the transaction failed in a way that
+// leaves its outcome unknown: it may have committed or aborted. The client
+// must be rebuilt (which completes or aborts it on the broker) and the
+// committed state read back; guessing either way would lose or double data.
+type UnknownOutcomeError struct{ Err error }
+
+func (e *UnknownOutcomeError) Error() string {
+	return "transaction outcome unknown: " + e.Err.Error()
+}
+
+func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
+
+// Action is what a caller must do after an error.
+type Action uint8
+
+const (
+	// Replay: the transaction was aborted; rewind to the committed offsets
+	// and process again. The client is healthy.
+	Replay Action = iota
+	// Rebuild: the client's state is unknown or broken; close it, make a
+	// new one and restore from committed state.
+	Rebuild
+	// Exit: continuing cannot help (fenced by a live twin, not authorised).
+	Exit
+)
+
+func (a Action) String() string {
+	switch a {
+	case Replay:
+		return "replay"
+	case Rebuild:
+		return "rebuild"
+	}
+	return "exit"
+}
+
+// Classify decides what an error from this package requires.
+func Classify(err error) Action {
+	switch {
+	case err == nil:
+		return Replay
+	case errors.Is(err, kerr.FencedInstanceID),
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
+		errors.Is(err, kerr.GroupAuthorizationFailed),
+		errors.Is(err, kerr.TopicAuthorizationFailed),
+		errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return Exit
+	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
+		// Our own transaction timing out fences us too (the broker bumps
+		// the epoch when it aborts it), so one fence is not proof of a
+		// twin. The caller rebuilds and exits if it is fenced again
+		// before it commits anything.
+		return Rebuild
+	}
+	// Everything else, a produce error included, leaves the client in a
+	// state only a new client is sure to be free of. Rebuilding is always
+	// safe: the new producer's InitProducerID completes or aborts whatever
+	// the old one left open.
+	return Rebuild
+}
+
+// IsFenced reports whether err says another producer or member took our id.
+func IsFenced(err error) bool {
+	return errors.Is(err, ErrFenced) ||
+		errors.Is(err, kerr.ProducerFenced) ||
+		errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.FencedInstanceID)
+}

@@ -1,0 +1,190 @@
+// Package txsink is the transactional side of the pipeline: one Kafka
+// client that consumes in a group with read_committed and produces in
+// transactions, so that outputs, state changes and consumed offsets commit
+// together (KIP-447: the offsets go into the producer's transaction with the
+// group's metadata).
+//
+// The consumer and the producer are one client because the transaction must
+// carry the group generation the offsets were consumed under; franz-go's
+// GroupTransactSession does that and aborts whenever the group rebalanced
+// before the commit. Sink adds what the pipeline needs on top: the first
+// produce error decides the outcome, an unknown outcome is reported as such,
+// and the client can be rebuilt from scratch.
+package txsink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Sink owns the transactional client. Poll, Begin, Produce, Commit, Abort
+// and Rebuild are called from one goroutine (the checkpoint coordinator);
+// Produce may also be called from others (tasks, workers) between Begin and
+// Commit.
+type Sink struct {
+	opts []kgo.Opt
+	log  *slog.Logger
+
+	sess *kgo.GroupTransactSession
+
+	mu       sync.Mutex
+	firstErr *ProduceError
+
+	pending  sync.WaitGroup // produces not yet acknowledged
+	produced atomic.Int64   // records produced in this transaction
+	bytes    atomic.Int64
+	promise  func(*kgo.Record, error)
+}
+
+// New makes the client. opts must include the seed brokers, consumer group,
+// topics, transactional id and read_committed isolation; New adds nothing
+// that decides semantics.
+func New(opts []kgo.Opt, log *slog.Logger) (*Sink, error) {
+	s := &Sink{opts: opts, log: log}
+	s.promise = s.acked
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Sink) open() error {
+	sess, err := kgo.NewGroupTransactSession(s.opts...)
+	if err != nil {
+		return fmt.Errorf("creating transactional client: %w", err)
+	}
+	s.sess = sess
+	return nil
+}
+
+// Client is the underlying client, for admin requests and inspection. It
+// must not be used to manage transactions.
+func (s *Sink) Client() *kgo.Client { return s.sess.Client() }
+
+// Poll fetches up to max records. It blocks until records arrive or ctx is
+// done. Rebalances wait until AllowRebalance.
+func (s *Sink) Poll(ctx context.Context, max int) kgo.Fetches {
+	return s.sess.PollRecords(ctx, max)
+}
+
+// AllowRebalance lets a rebalance that waited on a poll go ahead. The
+// coordinator calls it between transactions only, so partitions are never
+// given up with work in flight.
+func (s *Sink) AllowRebalance() { s.sess.AllowRebalance() }
+
+// Begin starts a transaction.
+func (s *Sink) Begin() error {
+	s.mu.Lock()
+	s.firstErr = nil
+	s.mu.Unlock()
+	s.produced.Store(0)
+	s.bytes.Store(0)
+	return s.sess.Begin()
+}
+
+// Produce sends r inside the open transaction. It blocks while the client's
+// buffer is full (back-pressure). A failure is remembered and makes the
+// transaction abort at Commit.
+func (s *Sink) Produce(ctx context.Context, r *kgo.Record) {
+	s.pending.Add(1)
+	s.produced.Add(1)
+	s.bytes.Add(int64(len(r.Key) + len(r.Value)))
+	s.sess.Produce(ctx, r, s.promise)
+}
+
+func (s *Sink) acked(r *kgo.Record, err error) {
+	if err != nil {
+		s.mu.Lock()
+		if s.firstErr == nil {
+			s.firstErr = &ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err}
+		}
+		s.mu.Unlock()
+	}
+	s.pending.Done()
+}
+
+// Produced returns the records and bytes produced in the open transaction.
+func (s *Sink) Produced() (records, bytes int64) { return s.produced.Load(), s.bytes.Load() }
+
+// Err returns the first produce error of the open transaction, if any.
+func (s *Sink) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.firstErr == nil {
+		return nil
+	}
+	return s.firstErr
+}
+
+// Commit flushes every produced record, waits for each to be acknowledged,
+// puts the consumed offsets into the transaction and commits it.
+//
+// It returns (true, nil) only when the broker confirmed the commit. (false,
+// nil) means the transaction was aborted cleanly (the group rebalanced) and
+// consumption was rewound to the committed offsets. An error means it was
+// not committed: a *ProduceError (aborted), or an *UnknownOutcomeError, after
+// which the caller must Rebuild.
+func (s *Sink) Commit(ctx context.Context) (bool, error) {
+	if err := s.sess.Client().Flush(ctx); err != nil {
+		return false, &UnknownOutcomeError{Err: fmt.Errorf("flushing: %w", err)}
+	}
+	s.pending.Wait() // every promise has run: firstErr is final
+	if perr := s.Err(); perr != nil {
+		if _, err := s.sess.End(ctx, kgo.TryAbort); err != nil {
+			return false, &UnknownOutcomeError{Err: errors.Join(perr, err)}
+		}
+		return false, perr
+	}
+	committed, err := s.sess.End(ctx, kgo.TryCommit)
+	if err != nil {
+		return false, &UnknownOutcomeError{Err: err}
+	}
+	return committed, nil
+}
+
+// Abort aborts the open transaction, dropping buffered records, and rewinds
+// consumption to the committed offsets.
+func (s *Sink) Abort(ctx context.Context) error {
+	_, err := s.sess.End(ctx, kgo.TryAbort)
+	s.pending.Wait()
+	if err != nil {
+		return &UnknownOutcomeError{Err: err}
+	}
+	return nil
+}
+
+// Rebuild closes the client and makes a new one with the same transactional
+// id and group instance id. The new producer's initialisation fences the old
+// one and completes or aborts its open transaction on the broker; the group
+// hands back our partitions and the stable committed offsets.
+func (s *Sink) Rebuild(ctx context.Context) error {
+	s.closeClient(ctx)
+	return s.open()
+}
+
+// Close aborts any open transaction and closes the client. It does not leave
+// the group: with static membership a restarted instance takes its
+// partitions straight back.
+func (s *Sink) Close(ctx context.Context) {
+	s.closeClient(ctx)
+}
+
+func (s *Sink) closeClient(ctx context.Context) {
+	if s.sess == nil {
+		return
+	}
+	// Ending a transaction that is not open is a no-op; one that is open
+	// must not be left for the broker's time-out to find.
+	if _, err := s.sess.End(ctx, kgo.TryAbort); err != nil {
+		s.log.Debug("aborting before close", "err", err)
+	}
+	s.sess.CloseAllowingRebalance()
+	s.pending.Wait()
+	s.sess = nil
+}
