@@ -5,7 +5,6 @@ import (
 	"os"
 	"reflect"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -46,19 +45,23 @@ func (r *reader) mapping(v *value, what string, known []string) bool {
 		return true
 	}
 	for _, p := range v.pairs {
-		if !slices.Contains(known, p.key) {
-			r.unknown(joinPath(v.path, p.key), p.key, known)
+		if slices.Contains(known, p.key) {
+			continue
+		}
+		path := joinPath(v.path, p.key)
+		s := suggest(p.key, known)
+		if s == "" {
+			r.errorf(path, "unknown key (known keys: %s)", strings.Join(known, ", "))
+			continue
+		}
+		r.errorf(path, "unknown key (did you mean %q?)", s)
+		if v.get(s) == nil {
+			// The misspelt key is the one a rule would now call missing
+			// ("sources.x.topics: required"); one message is enough.
+			r.bad[joinPath(v.path, s)] = true
 		}
 	}
 	return true
-}
-
-func (r *reader) unknown(path, key string, known []string) {
-	if s := suggest(key, known); s != "" {
-		r.errorf(path, "unknown key (did you mean %q?)", s)
-		return
-	}
-	r.errorf(path, "unknown key (known keys: %s)", strings.Join(known, ", "))
 }
 
 // checkSections reports unknown keys at the top level and in the sections
@@ -268,7 +271,7 @@ func assign(ptr, raw any) error {
 }
 
 func parseInt(s string, bits int) (int64, error) {
-	n, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 0, bits)
+	n, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, bits)
 	if err != nil {
 		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
 			return 0, fmt.Errorf("%s is out of range (at most %d)", s, int64(1)<<(bits-1)-1)
@@ -324,14 +327,14 @@ func (r *reader) sources(v *value) {
 					s.Format = r.str(f.val)
 				case "key_format":
 					s.KeyFormat = r.str(f.val)
-				default:
+				case "brokers", "bootstrap", "cluster": // clusterKeys
 					r.cluster(f.val)
 				}
 			}
 		}
 		r.c.Sources = append(r.c.Sources, s)
 	}
-	sort.Slice(r.c.Sources, func(i, j int) bool { return r.c.Sources[i].Name < r.c.Sources[j].Name })
+	slices.SortFunc(r.c.Sources, func(a, b Source) int { return strings.Compare(a.Name, b.Name) })
 }
 
 var sinkKeys = append([]string{"from", "topic", "key", "value", "headers", "format", "key_format", "partitions"}, clusterKeys...)
@@ -362,14 +365,14 @@ func (r *reader) sinks(v *value) {
 					s.KeyFormat = r.str(f.val)
 				case "partitions":
 					s.Partitions = r.int32(f.val)
-				default:
+				case "brokers", "bootstrap", "cluster": // clusterKeys
 					r.cluster(f.val)
 				}
 			}
 		}
 		r.c.Sinks = append(r.c.Sinks, s)
 	}
-	sort.Slice(r.c.Sinks, func(i, j int) bool { return r.c.Sinks[i].Name < r.c.Sinks[j].Name })
+	slices.SortFunc(r.c.Sinks, func(a, b Sink) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // steps reads the `steps:` list: each a mapping of name, from and one
@@ -399,6 +402,16 @@ func (r *reader) steps(v *value) {
 			default:
 				ops = append(ops, p)
 			}
+		}
+		if len(ops) > 1 {
+			// {nmae: x, map: ...} is a misspelt name, not two operators.
+			ops = slices.DeleteFunc(ops, func(p pair) bool {
+				if s := suggest(p.key, []string{"name", "from"}); s != "" {
+					r.errorf(joinPath(item.path, p.key), "unknown key (did you mean %q?)", s)
+					return true
+				}
+				return false
+			})
 		}
 		switch len(ops) {
 		case 0:

@@ -34,6 +34,9 @@ func withBase(override string) string {
 		}
 		return keys, text
 	}
+	if !strings.HasSuffix(override, "\n") {
+		override += "\n"
+	}
 	baseKeys, baseText := blocks(base)
 	keys, text := blocks(override)
 	var b strings.Builder

@@ -48,12 +48,7 @@ func Parse(data []byte, name string, env func(string) (string, bool)) (*Config, 
 	r.deadLetterCluster(root.get("dead_letter"))
 	c.setDefaults(root.get("demo") != nil)
 
-	errs := Errors(r.errs)
-	for _, e := range c.validate() {
-		if !r.reported(e.Path) {
-			errs = append(errs, e)
-		}
-	}
+	errs := append(Errors(r.errs), c.validate(r.reported)...)
 	if len(errs) > 0 {
 		errs.sort()
 		return nil, errs

@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -16,7 +17,7 @@ import (
 // Parse call it after applying defaults; call it on a Config built or
 // changed by hand. It reads the TLS files' metadata, nothing else.
 func (c *Config) Validate() error {
-	if errs := c.validate(); len(errs) > 0 {
+	if errs := c.validate(nil); len(errs) > 0 {
 		errs.sort()
 		return errs
 	}
@@ -30,28 +31,42 @@ var (
 )
 
 var (
-	formats          = []string{"json", "string", "bytes"}
-	keyFormats       = []string{"string", "json", "bytes"}
-	startFroms       = []string{"earliest", "latest"}
-	compressions     = []string{"none", "gzip", "snappy", "lz4", "zstd"}
-	saslMechanisms   = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
-	logLevels        = []string{"debug", "info", "warn", "error"}
-	logFormats       = []string{"text", "json"}
-	minSessionTimout = 6 * time.Second // the broker's default group.min.session.timeout.ms
+	formats           = []string{"json", "string", "bytes"}
+	keyFormats        = []string{"string", "json", "bytes"}
+	startFroms        = []string{"earliest", "latest"}
+	compressions      = []string{"none", "gzip", "snappy", "lz4", "zstd"}
+	saslMechanisms    = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+	logLevels         = []string{"debug", "info", "warn", "error"}
+	logFormats        = []string{"text", "json"}
+	minSessionTimeout = 6 * time.Second // the broker's default group.min.session.timeout.ms
 )
 
 // checker collects the problems of one Config.
 type checker struct {
-	c    *Config
-	errs Errors
+	c        *Config
+	reported func(path string) bool // nil, or whether path has a problem already
+	errs     Errors
 }
 
 func (k *checker) errorf(path, format string, args ...any) {
+	if k.reported != nil && k.reported(path) {
+		return
+	}
 	k.errs = append(k.errs, k.c.fieldError(path, fmt.Sprintf(format, args...)))
 }
 
-func (c *Config) validate() Errors {
-	k := &checker{c: c}
+// sound reports whether none of paths has a problem already: a rule over
+// several settings is checked only on values that were read.
+func (k *checker) sound(paths ...string) bool {
+	return k.reported == nil || !slices.ContainsFunc(paths, k.reported)
+}
+
+// validate returns c's problems, unsorted. reported (nil from Validate)
+// says which paths Parse found a problem at already: their values are
+// defaults standing in for what could not be read, not worth a second
+// message.
+func (c *Config) validate(reported func(path string) bool) Errors {
+	k := &checker{c: c, reported: reported}
 	k.identity()
 	k.brokers()
 	k.security()
@@ -69,7 +84,7 @@ func (k *checker) identity() {
 	c := k.c
 	k.name("name", c.Name, nameRE, `letters, digits, ".", "_" and "-"`)
 	if c.InstanceID == "" {
-		k.errorf("instance_id", "required: the host name could not be read to default to; set instance_id or %s", envVar("instance_id"))
+		k.errorf("instance_id", "required: set instance_id or %s (its default, the host name, was not available)", envVar("instance_id"))
 	} else {
 		k.name("instance_id", c.InstanceID, nameRE, `letters, digits, ".", "_" and "-"`)
 	}
@@ -175,7 +190,7 @@ func (k *checker) security() {
 
 // unwrapPath drops the file name an *os.PathError repeats.
 func unwrapPath(err error) error {
-	if pe, ok := err.(*os.PathError); ok {
+	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
 		return pe.Err
 	}
 	return err
@@ -184,9 +199,9 @@ func unwrapPath(err error) error {
 func (k *checker) clients() {
 	c := k.c
 	k.oneOf("consumer.start_from", c.Consumer.StartFrom, startFroms)
-	if c.Consumer.SessionTimeout < minSessionTimout {
+	if c.Consumer.SessionTimeout < minSessionTimeout {
 		k.errorf("consumer.session_timeout", "%s must be at least %s, the brokers' default group.min.session.timeout.ms",
-			fmtDuration(c.Consumer.SessionTimeout), fmtDuration(minSessionTimout))
+			fmtDuration(c.Consumer.SessionTimeout), fmtDuration(minSessionTimeout))
 	}
 	positive(k, "consumer.rebalance_timeout", c.Consumer.RebalanceTimeout)
 	positive(k, "consumer.fetch_max_bytes", c.Consumer.FetchMaxBytes)
@@ -212,7 +227,7 @@ func (k *checker) timing() {
 	ok = positive(k, "checkpoint.timeout", cp.Timeout) && ok
 	positive(k, "checkpoint.max_records", cp.MaxRecords)
 	ok = positive(k, "transactions.timeout", tx.Timeout) && ok
-	if ok && tx.Timeout <= cp.Interval+cp.Timeout {
+	if ok && tx.Timeout <= cp.Interval+cp.Timeout && k.sound("checkpoint.interval", "checkpoint.timeout", "transactions.timeout") {
 		k.errorf("transactions.timeout", "%s must be larger than %s + %s = %s",
 			k.show("transactions.timeout", tx.Timeout), k.show("checkpoint.interval", cp.Interval),
 			k.show("checkpoint.timeout", cp.Timeout), fmtDuration(cp.Interval+cp.Timeout))
@@ -321,7 +336,7 @@ func (k *checker) graph() {
 // step. Outputs are the operators' business; the node must exist.
 func (k *checker) stream(path, name string, streams map[string]bool) {
 	node, _, _ := strings.Cut(name, ".")
-	if streams[node] {
+	if streams[name] || streams[node] {
 		return
 	}
 	known := make([]string, 0, len(streams))
@@ -383,6 +398,8 @@ func (k *checker) outputs() {
 		for _, h := range sortedKeys(s.Headers) {
 			if h == "" {
 				k.errorf(s.Path+".headers", "a header name is empty")
+			} else if s.Headers[h] == "" {
+				k.errorf(s.Path+".headers."+h, "an expression is required")
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -20,14 +21,14 @@ func parseDocument(data []byte, name string) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("parsing %s: %w", name, err)
+		return nil, syntaxError(name, data, err)
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case err == nil:
 		return nil, fmt.Errorf("parsing %s: line %d: a second YAML document; the file must hold one", name, next.Line)
 	case !errors.Is(err, io.EOF):
-		return nil, fmt.Errorf("parsing %s: %w", name, err)
+		return nil, syntaxError(name, data, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, nil
@@ -43,6 +44,23 @@ func parseDocument(data []byte, name string) (*yaml.Node, error) {
 	return root, nil
 }
 
+var unknownAnchorRE = regexp.MustCompile(`unknown anchor '([^']*)' referenced`)
+
+// syntaxError wraps a yaml.v3 error, making sure it names a line: yaml.v3
+// leaves the line out for errors on the first one, and for unknown anchors.
+func syntaxError(name string, data []byte, err error) error {
+	if strings.HasPrefix(err.Error(), "yaml: line ") {
+		return fmt.Errorf("parsing %s: %w", name, err)
+	}
+	line := 1
+	if m := unknownAnchorRE.FindStringSubmatch(err.Error()); m != nil {
+		if i := bytes.Index(data, []byte("*"+m[1])); i >= 0 {
+			line += bytes.Count(data[:i], []byte("\n"))
+		}
+	}
+	return fmt.Errorf("parsing %s: line %d: %w", name, line, err)
+}
+
 // value is a node of the YAML document with aliases and merge keys (<<)
 // resolved, that knows its dotted path.
 type value struct {
@@ -55,9 +73,8 @@ type value struct {
 }
 
 type pair struct {
-	key  string
-	line int
-	val  *value
+	key string
+	val *value
 }
 
 // get returns the value under key, or nil when v is not a mapping or has
@@ -118,7 +135,7 @@ func describeKind(k yaml.Kind) string {
 
 // maxNodes bounds the size of the document after aliases are expanded, so
 // that a file of nested aliases ("billion laughs") cannot exhaust memory.
-const maxNodes = 1_000_000
+const maxNodes = 100_000
 
 // tree builds values from yaml.Nodes, recording the line of every path and
 // the problems that are the document's shape rather than its settings.
@@ -209,7 +226,7 @@ func (t *tree) addPairs(v *value, n *yaml.Node, seen map[string]int, explicit bo
 		}
 		seen[k.Value] = k.Line
 		t.lines[p] = k.Line
-		v.pairs = append(v.pairs, pair{key: k.Value, line: k.Line, val: t.build(val, p)})
+		v.pairs = append(v.pairs, pair{key: k.Value, val: t.build(val, p)})
 	}
 	for _, m := range merges {
 		t.merge(v, m, seen)
@@ -279,6 +296,9 @@ func plain(v *value) (any, error) {
 		}
 		return out, nil
 	default:
+		if v.node.ShortTag() == "!!timestamp" {
+			return v.node.Value, nil // a date stays the string it was written as
+		}
 		var x any
 		if err := v.node.Decode(&x); err != nil {
 			return nil, &FieldError{Path: v.path, Line: v.line, Msg: err.Error()}
@@ -291,6 +311,14 @@ func plain(v *value) (any, error) {
 // enough to be the likely intent.
 func suggest(key string, known []string) string {
 	lower := strings.ToLower(key)
+	for _, k := range known {
+		// A key with a unit or a part too many or too few:
+		// "interval_ms" for "interval", "session" for "session_timeout".
+		if short, long := min(len(k), len(lower)), max(len(k), len(lower)); short >= 4 && long > short &&
+			(strings.HasPrefix(k, lower+"_") || strings.HasPrefix(lower, k+"_")) {
+			return k
+		}
+	}
 	best, bestDist := "", 0
 	for _, k := range known {
 		if d := editDistance(lower, k); best == "" || d < bestDist {

@@ -56,6 +56,7 @@ const (
 )
 
 func runRestarts(t *testing.T, plan restartPlan) {
+	requireBinary(t)
 	e := newEnv(t)
 	records := plan.records
 	if testing.Short() {

@@ -220,6 +220,7 @@ func (e *env) config(partitions int) PipelineConfig {
 		Brokers:            e.seeds,
 		InstanceID:         "i1",
 		CheckpointInterval: 300 * time.Millisecond,
+		CheckpointTimeout:  10 * time.Second,
 		TxnTimeout:         30 * time.Second,
 		SessionTimeout:     10 * time.Second,
 		Partitions:         partitions,

@@ -23,9 +23,12 @@ type PipelineConfig struct {
 	InstanceID string
 
 	CheckpointInterval time.Duration
-	TxnTimeout         time.Duration
-	SessionTimeout     time.Duration
-	Partitions         int
+	// CheckpointTimeout bounds one checkpoint; the pipeline requires
+	// TxnTimeout > CheckpointInterval + CheckpointTimeout.
+	CheckpointTimeout time.Duration
+	TxnTimeout        time.Duration
+	SessionTimeout    time.Duration
+	Partitions        int
 
 	Input, Output string
 	// Map is the map step's value expression; empty means PassThroughDoubled.
@@ -43,7 +46,7 @@ func (c PipelineConfig) YAML() string {
 	fmt.Fprintf(&b, "name: %s\n", q(c.Name))
 	fmt.Fprintf(&b, "brokers: [%s]\n", strings.Join(brokers, ", "))
 	fmt.Fprintf(&b, "instance_id: %s\n", q(c.InstanceID))
-	fmt.Fprintf(&b, "checkpoint: {interval: %s}\n", c.CheckpointInterval)
+	fmt.Fprintf(&b, "checkpoint: {interval: %s, timeout: %s}\n", c.CheckpointInterval, c.CheckpointTimeout)
 	fmt.Fprintf(&b, "transactions: {timeout: %s}\n", c.TxnTimeout)
 	fmt.Fprintf(&b, "consumer: {session_timeout: %s}\n", c.SessionTimeout)
 	fmt.Fprintf(&b, "topics: {partitions: %d}\n", c.Partitions)

@@ -161,7 +161,11 @@ func (r *Report) String() string {
 			fmt.Fprintf(&b, "\n  ok    %d %s", i+1, Invariant(i))
 			continue
 		}
-		fmt.Fprintf(&b, "\n  FAIL  %d %s: %d violations", i+1, Invariant(i), f.Count)
+		plural := "s"
+		if f.Count == 1 {
+			plural = ""
+		}
+		fmt.Fprintf(&b, "\n  FAIL  %d %s: %d violation%s", i+1, Invariant(i), f.Count, plural)
 		for _, v := range f.Examples {
 			fmt.Fprintf(&b, "\n          %s", v)
 		}
@@ -616,7 +620,22 @@ type output struct {
 	offset    int64
 	key       string
 	value     []byte
-	seq       int64
+	seq       int64 // -1 when seqErr says why there is none
+	seqErr    error
+}
+
+func outputSeq(value []byte) (int64, error) {
+	var v struct {
+		Seq *json.Number `json:"seq"`
+	}
+	if err := json.Unmarshal(value, &v); err != nil || v.Seq == nil {
+		return -1, fmt.Errorf("value %q has no seq", value)
+	}
+	seq, err := jsonInt(*v.Seq)
+	if err != nil {
+		return -1, fmt.Errorf("seq: %v", err)
+	}
+	return seq, nil
 }
 
 func (o output) violation(topic, detail string) Violation {
@@ -653,7 +672,8 @@ func (h *history) check() *Report {
 		visible := make(map[int64]bool)
 		for _, rec := range h.committed[p] {
 			visible[rec.Offset] = true
-			o := output{partition: p, offset: rec.Offset, key: string(rec.Key), value: rec.Value, seq: -1}
+			o := output{partition: p, offset: rec.Offset, key: string(rec.Key), value: rec.Value}
+			o.seq, o.seqErr = outputSeq(rec.Value)
 			switch outcomes[p][rec.Offset] {
 			case abortedTxn:
 				r.add(NoAbortedVisible, o.violation(spec.Output, "visible under read_committed, but its transaction was aborted"))
@@ -668,7 +688,8 @@ func (h *history) check() *Report {
 				continue
 			}
 			if oc == notTransactional || oc == committedTxn {
-				r.add(NoAbortedVisible, Violation{Topic: spec.Output, Partition: p, Offset: rec.Offset, Key: string(rec.Key), Seq: -1,
+				seq, _ := outputSeq(rec.Value)
+				r.add(NoAbortedVisible, Violation{Topic: spec.Output, Partition: p, Offset: rec.Offset, Key: string(rec.Key), Seq: seq,
 					Detail: "committed, but hidden from read_committed"})
 			}
 		}
@@ -683,19 +704,10 @@ func (h *history) check() *Report {
 	// 6 (decoding): an output without a seq cannot take part in the rest.
 	parsed := outs[:0]
 	for _, o := range outs {
-		var v struct {
-			Seq *json.Number `json:"seq"`
-		}
-		if err := json.Unmarshal(o.value, &v); err != nil || v.Seq == nil {
-			r.add(DerivedValues, o.violation(spec.Output, fmt.Sprintf("value %q has no seq", o.value)))
+		if o.seqErr != nil {
+			r.add(DerivedValues, o.violation(spec.Output, o.seqErr.Error()))
 			continue
 		}
-		seq, err := jsonInt(*v.Seq)
-		if err != nil {
-			r.add(DerivedValues, o.violation(spec.Output, fmt.Sprintf("seq: %v", err)))
-			continue
-		}
-		o.seq = seq
 		parsed = append(parsed, o)
 	}
 	outs = parsed

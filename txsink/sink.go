@@ -31,7 +31,11 @@ type Sink struct {
 	opts []kgo.Opt
 	log  *slog.Logger
 
-	sess *kgo.GroupTransactSession
+	// sess is swapped by Rebuild while a stray producer (a bug elsewhere)
+	// might still call Produce; a closed client fails such records
+	// instead of crashing, so the pointer is atomic and never nil.
+	sess   atomic.Pointer[kgo.GroupTransactSession]
+	closed bool
 
 	mu       sync.Mutex
 	firstErr *ProduceError
@@ -59,24 +63,25 @@ func (s *Sink) open() error {
 	if err != nil {
 		return fmt.Errorf("creating transactional client: %w", err)
 	}
-	s.sess = sess
+	s.sess.Store(sess)
+	s.closed = false
 	return nil
 }
 
 // Client is the underlying client, for admin requests and inspection. It
 // must not be used to manage transactions.
-func (s *Sink) Client() *kgo.Client { return s.sess.Client() }
+func (s *Sink) Client() *kgo.Client { return s.sess.Load().Client() }
 
 // Poll fetches up to max records. It blocks until records arrive or ctx is
 // done. Rebalances wait until AllowRebalance.
 func (s *Sink) Poll(ctx context.Context, max int) kgo.Fetches {
-	return s.sess.PollRecords(ctx, max)
+	return s.sess.Load().PollRecords(ctx, max)
 }
 
 // AllowRebalance lets a rebalance that waited on a poll go ahead. The
 // coordinator calls it between transactions only, so partitions are never
 // given up with work in flight.
-func (s *Sink) AllowRebalance() { s.sess.AllowRebalance() }
+func (s *Sink) AllowRebalance() { s.sess.Load().AllowRebalance() }
 
 // Begin starts a transaction.
 func (s *Sink) Begin() error {
@@ -85,7 +90,7 @@ func (s *Sink) Begin() error {
 	s.mu.Unlock()
 	s.produced.Store(0)
 	s.bytes.Store(0)
-	return s.sess.Begin()
+	return s.sess.Load().Begin()
 }
 
 // Produce sends r inside the open transaction. It blocks while the client's
@@ -95,7 +100,7 @@ func (s *Sink) Produce(ctx context.Context, r *kgo.Record) {
 	s.pending.Add(1)
 	s.produced.Add(1)
 	s.bytes.Add(int64(len(r.Key) + len(r.Value)))
-	s.sess.Produce(ctx, r, s.promise)
+	s.sess.Load().Produce(ctx, r, s.promise)
 }
 
 func (s *Sink) acked(r *kgo.Record, err error) {
@@ -131,17 +136,17 @@ func (s *Sink) Err() error {
 // not committed: a *ProduceError (aborted), or an *UnknownOutcomeError, after
 // which the caller must Rebuild.
 func (s *Sink) Commit(ctx context.Context) (bool, error) {
-	if err := s.sess.Client().Flush(ctx); err != nil {
+	if err := s.sess.Load().Client().Flush(ctx); err != nil {
 		return false, &UnknownOutcomeError{Err: fmt.Errorf("flushing: %w", err)}
 	}
 	s.pending.Wait() // every promise has run: firstErr is final
 	if perr := s.Err(); perr != nil {
-		if _, err := s.sess.End(ctx, kgo.TryAbort); err != nil {
+		if _, err := s.sess.Load().End(ctx, kgo.TryAbort); err != nil {
 			return false, &UnknownOutcomeError{Err: errors.Join(perr, err)}
 		}
 		return false, perr
 	}
-	committed, err := s.sess.End(ctx, kgo.TryCommit)
+	committed, err := s.sess.Load().End(ctx, kgo.TryCommit)
 	if err != nil {
 		return false, &UnknownOutcomeError{Err: err}
 	}
@@ -151,7 +156,7 @@ func (s *Sink) Commit(ctx context.Context) (bool, error) {
 // Abort aborts the open transaction, dropping buffered records, and rewinds
 // consumption to the committed offsets.
 func (s *Sink) Abort(ctx context.Context) error {
-	_, err := s.sess.End(ctx, kgo.TryAbort)
+	_, err := s.sess.Load().End(ctx, kgo.TryAbort)
 	s.pending.Wait()
 	if err != nil {
 		return &UnknownOutcomeError{Err: err}
@@ -176,15 +181,15 @@ func (s *Sink) Close(ctx context.Context) {
 }
 
 func (s *Sink) closeClient(ctx context.Context) {
-	if s.sess == nil {
+	if s.closed {
 		return
 	}
 	// Ending a transaction that is not open is a no-op; one that is open
 	// must not be left for the broker's time-out to find.
-	if _, err := s.sess.End(ctx, kgo.TryAbort); err != nil {
+	if _, err := s.sess.Load().End(ctx, kgo.TryAbort); err != nil {
 		s.log.Debug("aborting before close", "err", err)
 	}
-	s.sess.CloseAllowingRebalance()
+	s.sess.Load().CloseAllowingRebalance()
 	s.pending.Wait()
-	s.sess = nil
+	s.closed = true
 }

@@ -1,0 +1,552 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// full sets every setting to something other than its default.
+const full = `name: sensor-alerts
+brokers: [kafka-0:9092, kafka-1:9092]
+instance_id: replica-0
+group: alerts-group
+tls:
+  ca_file: testdata/ca.pem
+  cert_file: testdata/client.pem
+  key_file: testdata/client.key
+  server_name: kafka.internal
+sasl: {mechanism: scram-sha-256, username: svc, password: pw}
+consumer: {start_from: latest, session_timeout: 10s, rebalance_timeout: 20s, fetch_max_bytes: 1048576, max_poll_records: 500}
+producer: {compression: zstd, linger: 5ms, batch_max_bytes: 2097152, max_buffered_records: 1000, max_buffered_bytes: 1073741824}
+checkpoint: {interval: 500ms, timeout: 10s, max_records: 5000}
+transactions: {id_prefix: alerts, timeout: 2m}
+topics:
+  partitions: 6
+  replication_factor: 3
+  configs: {compression.type: zstd}
+sources:
+  readings: {topics: [sensor-readings], format: json, key_format: string}
+  extra: {topics: [extra-a, extra-b], format: bytes, key_format: bytes}
+steps:
+  - from: [readings, extra]
+    union: {}
+  - map: {key: value.sensor, value: "{id: value.sensor, temp: value.temperature}"}
+  - name: route
+    split: {hot: "value.temp > 30"}
+  - name: per_sensor
+    from: route.default
+    aggregate: {count: "count()", max_temp: "max(value.temp)"}
+sinks:
+  stats: {from: per_sensor, topic: sensor-stats, format: string, key_format: json, partitions: 12}
+  alerts:
+    from: route.hot
+    topic: sensor-alerts
+    key: value.id
+    value: value
+    headers: {X-Source: '"pipeline"'}
+dead_letter: {topic: sensor-dlq}
+log: {level: debug, format: json}
+metrics: {listen: ":9090"}
+demo: {topic: sensor-readings, rate: 50, records: 500, sensors: 5, partitions: 2, seed: 7}
+`
+
+// public returns c without its unexported bookkeeping, for comparisons.
+func public(c *Config) Config {
+	p := *c
+	p.lines, p.env, p.clusters = nil, nil, nil
+	return p
+}
+
+func TestParseReadsEverySetting(t *testing.T) {
+	c := mustParse(t, full)
+	want := Config{
+		Name:       "sensor-alerts",
+		Brokers:    Brokers{Addrs: []string{"kafka-0:9092", "kafka-1:9092"}},
+		InstanceID: "replica-0",
+		Group:      "alerts-group",
+		TLS: TLS{Enabled: true, CAFile: "testdata/ca.pem", CertFile: "testdata/client.pem", KeyFile: "testdata/client.key",
+			ServerName: "kafka.internal"},
+		SASL:         SASL{Mechanism: "SCRAM-SHA-256", Username: "svc", Password: "pw"},
+		Consumer:     Consumer{StartFrom: "latest", SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second, FetchMaxBytes: 1 << 20, MaxPollRecords: 500},
+		Producer:     Producer{Compression: "zstd", Linger: 5 * time.Millisecond, BatchMaxBytes: 2 << 20, MaxBufferedRecords: 1000, MaxBufferedBytes: 1 << 30},
+		Checkpoint:   Checkpoint{Interval: 500 * time.Millisecond, Timeout: 10 * time.Second, MaxRecords: 5000},
+		Transactions: Transactions{IDPrefix: "alerts", Timeout: 2 * time.Minute},
+		Topics:       Topics{Partitions: 6, ReplicationFactor: 3, Configs: map[string]string{"compression.type": "zstd"}},
+		Sources: []Source{
+			{Name: "extra", Topics: []string{"extra-a", "extra-b"}, Format: "bytes", KeyFormat: "bytes", Path: "sources.extra"},
+			{Name: "readings", Topics: []string{"sensor-readings"}, Format: "json", KeyFormat: "string", Path: "sources.readings"},
+		},
+		Steps: []Step{
+			{Name: "union1", From: []string{"readings", "extra"}, Kind: "union", Spec: map[string]any{}, Path: "steps[0]"},
+			{Name: "map2", From: []string{"union1"}, Kind: "map", Path: "steps[1]",
+				Spec: map[string]any{"key": "value.sensor", "value": "{id: value.sensor, temp: value.temperature}"}},
+			{Name: "route", From: []string{"map2"}, Kind: "split", Spec: map[string]any{"hot": "value.temp > 30"}, Path: "steps[2]"},
+			{Name: "per_sensor", From: []string{"route.default"}, Kind: "aggregate", Path: "steps[3]",
+				Spec: map[string]any{"count": "count()", "max_temp": "max(value.temp)"}},
+		},
+		Sinks: []Sink{
+			{Name: "alerts", From: "route.hot", Topic: "sensor-alerts", Key: "value.id", Value: "value",
+				Headers: map[string]string{"X-Source": `"pipeline"`}, Format: "json", KeyFormat: "string", Path: "sinks.alerts"},
+			{Name: "stats", From: "per_sensor", Topic: "sensor-stats", Format: "string", KeyFormat: "json", Partitions: 12, Path: "sinks.stats"},
+		},
+		DeadLetter: DeadLetter{Topic: "sensor-dlq"},
+		Log:        Log{Level: "debug", Format: "json"},
+		Metrics:    Metrics{Listen: ":9090"},
+		Demo:       Demo{Topic: "sensor-readings", Rate: 50, Records: 500, Sensors: 5, Partitions: 2, Seed: 7},
+	}
+	if got := public(c); !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestParseAppliesDefaults(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skipf("no host name to default instance_id to: %v", err)
+	}
+	c := mustParse(t, base)
+	want := Config{
+		Name:         "p",
+		Brokers:      Brokers{Addrs: []string{"localhost:9092"}},
+		InstanceID:   host,
+		Group:        "p",
+		Consumer:     Consumer{StartFrom: "earliest", SessionTimeout: 45 * time.Second, RebalanceTimeout: 60 * time.Second, FetchMaxBytes: 50 << 20, MaxPollRecords: 10000},
+		Producer:     Producer{Compression: "lz4", Linger: 0, BatchMaxBytes: 1 << 20, MaxBufferedRecords: 100000, MaxBufferedBytes: 256 << 20},
+		Checkpoint:   Checkpoint{Interval: time.Second, Timeout: 30 * time.Second, MaxRecords: 200000},
+		Transactions: Transactions{IDPrefix: "p", Timeout: 60 * time.Second},
+		Topics:       Topics{Partitions: 0, ReplicationFactor: -1},
+		Sources:      []Source{{Name: "in", Topics: []string{"input"}, Format: "json", KeyFormat: "string", Path: "sources.in"}},
+		Sinks:        []Sink{{Name: "out", From: "in", Topic: "output", Format: "json", KeyFormat: "string", Path: "sinks.out"}},
+		Log:          Log{Level: "info", Format: "text"},
+	}
+	if got := public(c); !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestParseDemoDefaults(t *testing.T) {
+	c := mustParse(t, withBase("demo: {topic: input}"))
+	want := Demo{Topic: "input", Rate: 1000, Records: 10000, Sensors: 20, Partitions: 3}
+	if c.Demo != want {
+		t.Errorf("Demo = %+v, want %+v", c.Demo, want)
+	}
+}
+
+func TestParseNormalises(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		got  func(*Config) any
+		want any
+	}{
+		{"a TLS file turns TLS on", "tls: {ca_file: testdata/ca.pem}", func(c *Config) any { return c.TLS.Enabled }, true},
+		{"TLS is off without files or enabled", "tls: {}", func(c *Config) any { return c.TLS.Enabled }, false},
+		{"the SASL mechanism is upper-cased", "sasl: {mechanism: plain, username: u, password: p}", func(c *Config) any { return c.SASL.Mechanism }, "PLAIN"},
+		{"embedded brokers have no addresses", "brokers: embedded", func(c *Config) any { return c.Brokers }, Brokers{Embedded: true}},
+		{"embedded is case-insensitive", "brokers: [Embedded]", func(c *Config) any { return c.Brokers }, Brokers{Embedded: true}},
+		{"a broker string is split on commas", `brokers: "a:1, b:2,"`, func(c *Config) any { return c.Brokers }, Brokers{Addrs: []string{"a:1", "b:2"}}},
+		{"the group and id prefix default to the name", "name: other", func(c *Config) any { return c.Group + " " + c.Transactions.IDPrefix }, "other other"},
+		{"a number with a leading zero is decimal", "consumer: {max_poll_records: 010}", func(c *Config) any { return c.Consumer.MaxPollRecords }, 10},
+		{"a number with underscores is read", "consumer: {max_poll_records: 1_000}", func(c *Config) any { return c.Consumer.MaxPollRecords }, 1000},
+		{"sources are sorted by name", "sources:\n  b: {topics: [y]}\n  a: {topics: [x]}\nsinks:\n  out: {from: a, topic: output}",
+			func(c *Config) any { return c.Sources[0].Name + c.Sources[1].Name }, "ab"},
+		{"sinks are sorted by name", "sinks:\n  z: {topic: o1}\n  y: {topic: o2}", func(c *Config) any { return c.Sinks[0].Name + c.Sinks[1].Name }, "yz"},
+		{"a sink reads the last step by default", "steps:\n  - filter: a\n  - {name: last, map: b}", func(c *Config) any { return c.Sinks[0].From }, "last"},
+		{"a sink reads the only source when there are no steps", base, func(c *Config) any { return c.Sinks[0].From }, "in"},
+		{"the first step reads the only source", "steps:\n  - filter: a", func(c *Config) any { return c.Steps[0].From }, []string{"in"}},
+		{"a step reads the step above", "steps:\n  - {name: a, filter: x}\n  - filter: y", func(c *Config) any { return c.Steps[1].From }, []string{"a"}},
+		{"from may be one string", "steps:\n  - {from: in, filter: x}", func(c *Config) any { return c.Steps[0].From }, []string{"in"}},
+		{"a step's default name is its kind and position", "steps:\n  - {name: a, filter: x}\n  - flat_map: y", func(c *Config) any { return c.Steps[1].Name }, "flat_map2"},
+		{"header names keep their case", "sinks:\n  out: {topic: output, headers: {X-Trace-ID: value.t}}",
+			func(c *Config) any { return c.Sinks[0].Headers }, map[string]string{"X-Trace-ID": "value.t"}},
+		{"a sink repeating the top-level brokers is read as usual", "sinks:\n  out: {topic: output, brokers: localhost:9092}",
+			func(c *Config) any { return c.Sinks[0].Topic }, "output"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustParse(t, withBase(tt.yaml))
+			if got := tt.got(c); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %#v, want %#v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStepSpecIsPlainGoValues(t *testing.T) {
+	c := mustParse(t, withBase(`steps:
+  - name: s
+    custom:
+      Case: kept
+      cleanup.policy: dotted keys stay whole
+      int: 3
+      float: 2.5
+      bool: true
+      none: ~
+      list: [1, two, {three: 3}]
+      1: numeric key
+      when: 2024-01-02
+  - filter: "value.x > 1"
+`))
+	want := map[string]any{
+		"Case":           "kept",
+		"cleanup.policy": "dotted keys stay whole",
+		"int":            3,
+		"float":          2.5,
+		"bool":           true,
+		"none":           nil,
+		"list":           []any{1, "two", map[string]any{"three": 3}},
+		"1":              "numeric key",
+		"when":           "2024-01-02",
+	}
+	if s := c.Steps[0]; s.Kind != "custom" || !reflect.DeepEqual(s.Spec, want) {
+		t.Errorf("step 0 = %s %#v, want custom %#v", s.Kind, s.Spec, want)
+	}
+	if s := c.Steps[1]; s.Kind != "filter" || s.Spec != "value.x > 1" {
+		t.Errorf("step 1 = %s %#v, want filter %q", s.Kind, s.Spec, "value.x > 1")
+	}
+}
+
+func TestAnchorsAndMergeKeys(t *testing.T) {
+	c := mustParse(t, withBase(`sinks:
+  a: &common {topic: out-a, format: string, headers: {h: value.h}}
+  b:
+    <<: *common
+    topic: out-b
+`))
+	b := c.Sinks[1]
+	if b.Name != "b" || b.Topic != "out-b" || b.Format != "string" || b.Headers["h"] != "value.h" {
+		t.Errorf("merged sink = %+v, want topic out-b, format string and header h", b)
+	}
+	if got := c.Line("sinks.b.format"); got != 6 {
+		t.Errorf(`Line("sinks.b.format") = %d, want 6, where the anchored mapping says it`, got)
+	}
+	if got := c.Line("sinks.b.topic"); got != 9 {
+		t.Errorf(`Line("sinks.b.topic") = %d, want 9`, got)
+	}
+}
+
+func TestDocumentShapeErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr string
+	}{
+		{"a repeated key is rejected", "sinks:\n  out: {topic: output, topic: other}", "sinks.out.topic (line 6): duplicate key (first at line 6)"},
+		{"a repeated top-level key is rejected", "log: {level: debug}\nlog: {format: json}", "log (line 8): duplicate key (first at line 7)"},
+		{"an alias that contains itself is rejected", "steps: &s\n  - map: *s", "(line 8): alias *s refers to itself"},
+		{"a mapping as a key is rejected", "topics:\n  configs: {? {a: b} : c}", "topics.configs (line 8): keys must be plain strings, found a mapping"},
+		{"a merge of a scalar is rejected", "sinks:\n  out: {<<: x, topic: output}", `sinks.out (line 6): << must merge a mapping or a list of mappings, found "x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := withBase(tt.yaml)
+			_, err := Parse([]byte(doc), "test.yaml", noEnv)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error:\n%v\nwant it to contain:\n%s\ndocument:\n%s", err, tt.wantErr, doc)
+			}
+			fieldErrors(t, err)
+		})
+	}
+}
+
+func TestEnvironmentOverrides(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		vars map[string]string
+		got  func(*Config) any
+		want any
+	}{
+		{"a duration overrides the file", "checkpoint: {interval: 5s}", map[string]string{"PIPELINE_CHECKPOINT_INTERVAL": "2s"},
+			func(c *Config) any { return c.Checkpoint.Interval }, 2 * time.Second},
+		{"a duration sets a key absent from the file", base, map[string]string{"PIPELINE_TRANSACTIONS_TIMEOUT": "90s"},
+			func(c *Config) any { return c.Transactions.Timeout }, 90 * time.Second},
+		{"a comma-separated list overrides the brokers", base, map[string]string{"PIPELINE_BROKERS": "a:9092,b:9092"},
+			func(c *Config) any { return c.Brokers }, Brokers{Addrs: []string{"a:9092", "b:9092"}}},
+		{"embedded overrides the brokers", base, map[string]string{"PIPELINE_BROKERS": "embedded"},
+			func(c *Config) any { return c.Brokers }, Brokers{Embedded: true}},
+		{"a string sets a key absent from the file", base, map[string]string{"PIPELINE_INSTANCE_ID": "x"},
+			func(c *Config) any { return c.InstanceID }, "x"},
+		{"a secret completes the file", "sasl: {mechanism: PLAIN, username: u}", map[string]string{"PIPELINE_SASL_PASSWORD": "s3cret"},
+			func(c *Config) any { return c.SASL.Password }, "s3cret"},
+		{"a boolean is read", base, map[string]string{"PIPELINE_TLS_ENABLED": "true"},
+			func(c *Config) any { return c.TLS.Enabled }, true},
+		{"a number is read", base, map[string]string{"PIPELINE_CONSUMER_MAX_POLL_RECORDS": "500"},
+			func(c *Config) any { return c.Consumer.MaxPollRecords }, 500},
+		{"a name override carries the defaults that follow it", base, map[string]string{"PIPELINE_NAME": "other"},
+			func(c *Config) any { return c.Name + " " + c.Group + " " + c.Transactions.IDPrefix }, "other other other"},
+		{"an empty variable is ignored", base, map[string]string{"PIPELINE_NAME": ""},
+			func(c *Config) any { return c.Name }, "p"},
+		{"sources are not overridden", base, map[string]string{"PIPELINE_SOURCES_IN_TOPICS": "other", "PIPELINE_SOURCES": "x"},
+			func(c *Config) any { return c.Sources[0].Topics }, []string{"input"}},
+		{"a demo topic turns the demo on", base, map[string]string{"PIPELINE_DEMO_TOPIC": "input"},
+			func(c *Config) any { return c.Demo }, Demo{Topic: "input", Rate: 1000, Records: 10000, Sensors: 20, Partitions: 3}},
+	}
+	for _, tt := range tests {
+		doc := withBase(tt.yaml)
+		t.Run(tt.name+" (env func)", func(t *testing.T) {
+			c, err := Parse([]byte(doc), "test.yaml", envOf(tt.vars))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tt.got(c); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %#v, want %#v", got, tt.want)
+			}
+		})
+		t.Run(tt.name+" (process environment)", func(t *testing.T) {
+			for k, v := range tt.vars {
+				t.Setenv(k, v)
+			}
+			c, err := Parse([]byte(doc), "test.yaml", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tt.got(c); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %#v, want %#v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEnvironmentErrorsNameTheVariable(t *testing.T) {
+	tests := []struct {
+		name string
+		vars map[string]string
+		want string
+	}{
+		{
+			"a value that does not parse",
+			map[string]string{"PIPELINE_CHECKPOINT_INTERVAL": "soon"},
+			`checkpoint.interval: expected a duration such as "500ms" or "1s", found "soon" (set by PIPELINE_CHECKPOINT_INTERVAL)`,
+		},
+		{
+			"a value that breaks a rule",
+			map[string]string{"PIPELINE_CHECKPOINT_TIMEOUT": "0s"},
+			"checkpoint.timeout: must be positive, found 0s (set by PIPELINE_CHECKPOINT_TIMEOUT)",
+		},
+		{
+			"a value in a cross-field rule",
+			map[string]string{"PIPELINE_CHECKPOINT_INTERVAL": "59s"},
+			"transactions.timeout (line 8): transactions.timeout (31s) must be larger than checkpoint.interval (59s from PIPELINE_CHECKPOINT_INTERVAL) + checkpoint.timeout (2s) = 1m1s",
+		},
+		{
+			"a value that does not parse, alone even where a rule reads it",
+			map[string]string{"PIPELINE_CHECKPOINT_TIMEOUT": "forever"}, // its default, 30s, would break the transactions rule
+			`checkpoint.timeout: expected a duration such as "500ms" or "1s", found "forever" (set by PIPELINE_CHECKPOINT_TIMEOUT)`,
+		},
+		{
+			"a broker list that is not addresses",
+			map[string]string{"PIPELINE_BROKERS": "a:1,kafka"},
+			`brokers: "kafka" is not a host:port address (set by PIPELINE_BROKERS)`,
+		},
+	}
+	doc := withBase("checkpoint: {interval: 1s, timeout: 2s}\ntransactions: {timeout: 31s}")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(doc), "test.yaml", envOf(tt.vars))
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error:\n%v\nwant:\n%s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestEnvFuncReplacesTheProcessEnvironment(t *testing.T) {
+	t.Setenv("PIPELINE_NAME", "from-process")
+	c := mustParse(t, base)
+	if c.Name != "p" {
+		t.Errorf("Name = %q, want the file's %q: the env func alone is the environment", c.Name, "p")
+	}
+}
+
+func TestLine(t *testing.T) {
+	c := mustParse(t, full)
+	tests := []struct {
+		path string
+		want int
+	}{
+		{"name", 1},
+		{"brokers", 2},
+		{"brokers[1]", 2},
+		{"tls.cert_file", 7},
+		{"consumer.session_timeout", 11},
+		{"topics.configs.compression.type", 18},
+		{"sources.extra.topics[1]", 21},
+		{"steps[0]", 23},
+		{"steps[0].from[1]", 23},
+		{"steps[0].union", 24},
+		{"steps[1].map.value", 25},
+		{"steps[3].aggregate.max_temp", 30},
+		{"sinks.alerts", 33},
+		{"sinks.alerts.topic", 35},
+		{"sinks.alerts.headers.X-Source", 38},
+		{"demo.seed", 42},
+		{"", 0},
+		{"sinks.nope", 0},
+		{"checkpoint.nope", 0},
+		{"steps[9]", 0},
+	}
+	for _, tt := range tests {
+		if got := c.Line(tt.path); got != tt.want {
+			t.Errorf("Line(%q) = %d, want %d", tt.path, got, tt.want)
+		}
+	}
+	if got := (&Config{}).Line("name"); got != 0 {
+		t.Errorf("Line on a hand-built Config = %d, want 0", got)
+	}
+}
+
+func TestAllProblemsAreReportedSortedByLine(t *testing.T) {
+	doc := `brokers: [kafka]
+checkpoint:
+  intervl: 2s
+  timeout: 0s
+sources:
+  in: {topics: [input], format: xml}
+sinks:
+  out: {topic: input}
+`
+	_, err := Parse([]byte(doc), "test.yaml", noEnv)
+	want := strings.Join([]string{
+		"name: required",
+		`brokers[0] (line 1): "kafka" is not a host:port address`,
+		`checkpoint.intervl (line 3): unknown key (did you mean "interval"?)`,
+		"checkpoint.timeout (line 4): must be positive, found 0s",
+		`sources.in.format (line 6): must be one of json, string or bytes, found "xml"`,
+		`sinks.out.topic (line 8): topic "input" is also read by sources.in: the pipeline would read its own output`,
+	}, "\n")
+	if err == nil || err.Error() != want {
+		t.Fatalf("error:\n%v\nwant:\n%s", err, want)
+	}
+	if n := len(fieldErrors(t, err)); n != 6 {
+		t.Errorf("got %d FieldErrors, want 6", n)
+	}
+}
+
+func TestUnreadableDocuments(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want string
+	}{
+		{"a syntax error names the file and line", "name: p\nbrokers: [a:1]\nsources: in: x\n", "parsing test.yaml: yaml: line 3: mapping values are not allowed in this context"},
+		{"a syntax error on the first line says line 1", "name: p: q\n", "parsing test.yaml: line 1: yaml: mapping values are not allowed in this context"},
+		{"an unknown alias names its line", "name: p\nbrokers: *nope\n", "parsing test.yaml: line 2: yaml: unknown anchor 'nope' referenced"},
+		{"a second document is rejected", "name: p\n---\nname: q\n", "parsing test.yaml: line 2: a second YAML document; the file must hold one"},
+		{"a list at the top level is rejected", "- name: p\n", `parsing test.yaml: line 1: the top level must be a mapping of settings such as "name: ...", found a list`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml), "test.yaml", noEnv)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error:\n%v\nwant:\n%s", err, tt.want)
+			}
+			var errs Errors
+			if errors.As(err, &errs) {
+				t.Errorf("a document that cannot be read gave Errors: %v", errs)
+			}
+		})
+	}
+}
+
+func TestEmptyDocumentReportsWhatIsRequired(t *testing.T) {
+	for _, doc := range []string{"", "# nothing\n", "~\n"} {
+		_, err := Parse([]byte(doc), "test.yaml", noEnv)
+		want := "brokers: required: a list of host:port addresses, or \"embedded\"\nname: required\nsinks: at least one sink is required\nsources: at least one source is required"
+		if err == nil || err.Error() != want {
+			t.Errorf("Parse(%q) error:\n%v\nwant:\n%s", doc, err, want)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+
+	t.Run("a valid file loads", func(t *testing.T) {
+		c, err := Load(write("ok.yaml", base))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Name != "p" || c.Line("sinks.out.topic") != 6 {
+			t.Errorf("Load = name %q, sinks.out.topic on line %d; want p on line 6", c.Name, c.Line("sinks.out.topic"))
+		}
+	})
+	t.Run("the process environment overrides the file", func(t *testing.T) {
+		t.Setenv("PIPELINE_CHECKPOINT_INTERVAL", "3s")
+		c, err := Load(write("env.yaml", base))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Checkpoint.Interval != 3*time.Second {
+			t.Errorf("checkpoint.interval = %v, want 3s", c.Checkpoint.Interval)
+		}
+	})
+	t.Run("a missing file is a not-exist error", func(t *testing.T) {
+		_, err := Load(filepath.Join(dir, "missing.yaml"))
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("Load = %v, want fs.ErrNotExist", err)
+		}
+	})
+	t.Run("a syntax error names the file", func(t *testing.T) {
+		path := write("bad.yaml", "name: p\nsinks: [\n")
+		_, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), "parsing "+path+": ") || !strings.Contains(err.Error(), "line ") {
+			t.Fatalf("Load = %v, want the file name and a line", err)
+		}
+	})
+	t.Run("invalid settings are Errors", func(t *testing.T) {
+		_, err := Load(write("invalid.yaml", withBase("log: {level: loud}")))
+		if errs := fieldErrors(t, err); len(errs) != 1 || errs[0].Path != "log.level" || errs[0].Line != 7 {
+			t.Fatalf("Load = %v, want one problem at log.level on line 7", err)
+		}
+	})
+}
+
+func TestTransactionsID(t *testing.T) {
+	if got := (Transactions{IDPrefix: "alerts"}).ID("replica-0"); got != "alerts-replica-0" {
+		t.Errorf("ID = %q, want alerts-replica-0", got)
+	}
+}
+
+// TestParseIsSafeConcurrently runs Parse from several goroutines: each has
+// its own viper, so -race finds nothing shared.
+func TestParseIsSafeConcurrently(t *testing.T) {
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			_, err := Parse([]byte(full), "test.yaml", noEnv)
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestAliasBombIsStopped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("steps:\n  - map:\n      l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i <= 8; i++ {
+		fmt.Fprintf(&b, "      l%d: &l%d [*l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d]\n", i, i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
+	}
+	_, err := Parse([]byte(withBase(b.String())), "test.yaml", noEnv)
+	if err == nil || !strings.Contains(err.Error(), "the document is too large once its aliases are expanded") {
+		t.Fatalf("error = %v, want the document to be too large", err)
+	}
+}
