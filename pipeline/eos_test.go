@@ -1,0 +1,484 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// cluster is an in-process embedded broker for one test.
+type cluster struct {
+	t    *testing.T
+	c    *kfake.Cluster
+	adm  *kadm.Client
+	cl   *kgo.Client
+	addr string
+}
+
+func newCluster(t *testing.T, opts ...kfake.Opt) *cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &cluster{t: t, c: c, adm: kadm.NewClient(cl), cl: cl, addr: c.ListenAddrs()[0]}
+	t.Cleanup(func() { cl.Close(); c.Close() })
+	return k
+}
+
+func (k *cluster) topic(name string, partitions int32) {
+	k.t.Helper()
+	if err := k.c.CreateTopic(name, partitions, nil); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// input writes n records keyed k<i%keys> with value {"k":..,"seq":i}, in
+// order, and returns when all are acknowledged. poison lists seqs written
+// as broken JSON instead.
+func (k *cluster) input(topic string, n, keys int, poison map[int]bool) {
+	k.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rs := make([]*kgo.Record, n)
+	for i := range rs {
+		key := "k" + strconv.Itoa(i%keys)
+		v := fmt.Sprintf(`{"k":%q,"seq":%d}`, key, i)
+		if poison[i] {
+			v = `{"k":` + strconv.Quote(key) + `,"seq":`
+		}
+		rs[i] = &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(v)}
+	}
+	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// waitCommitted polls until group has committed the end of topic.
+func (k *cluster) waitCommitted(ctx context.Context, group, topic string) error {
+	for {
+		ends, err := k.adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			offs, err := k.adm.FetchOffsets(ctx, group)
+			if err == nil {
+				done := true
+				ends.Each(func(o kadm.ListedOffset) {
+					c, ok := offs.Lookup(o.Topic, o.Partition)
+					if !ok || c.At != o.Offset {
+						done = false
+					}
+				})
+				if done {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("group %s did not commit the end of %s: %w", group, topic, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// readAll reads topic with read_committed from the start to its end.
+func (k *cluster) readAll(topic string) []*kgo.Record {
+	k.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := k.adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.addr), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	start := time.Now()
+	for len(left) > 0 {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		pcancel()
+		if ctx.Err() != nil {
+			k.t.Fatalf("reading %s: %v", topic, ctx.Err())
+		}
+		if fs.NumRecords() == 0 && pctx.Err() != nil && time.Since(start) > 3*time.Second {
+			break // only transaction markers are left before the end
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			out = append(out, r)
+			if r.Offset+1 >= left[r.Partition] {
+				delete(left, r.Partition)
+			}
+		})
+	}
+	return out
+}
+
+// checkExactlyOnce asserts every input seq outside skip appears exactly once
+// in out, and per key in increasing order.
+func checkExactlyOnce(t *testing.T, out []*kgo.Record, n int, skip map[int]bool) {
+	t.Helper()
+	if problems := exactlyOnceProblems(out, n, skip); len(problems) > 0 {
+		t.Fatal(strings.Join(problems, "\n"))
+	}
+}
+
+func exactlyOnceProblems(out []*kgo.Record, n int, skip map[int]bool) []string {
+	var problems []string
+	seen := make([]int, n)
+	last := map[string]int{}
+	for _, r := range out {
+		var v struct {
+			K   string `json:"k"`
+			Seq int    `json:"seq"`
+		}
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			return append(problems, fmt.Sprintf("output %s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err))
+		}
+		if v.Seq < 0 || v.Seq >= n {
+			return append(problems, fmt.Sprintf("output seq %d out of range", v.Seq))
+		}
+		seen[v.Seq]++
+		if p, ok := last[v.K]; ok && v.Seq <= p {
+			problems = append(problems, fmt.Sprintf("key %s: seq %d after %d (order broken) at %s/%d@%d", v.K, v.Seq, p, r.Topic, r.Partition, r.Offset))
+		}
+		last[v.K] = v.Seq
+	}
+	var lost, dup []int
+	for i, c := range seen {
+		switch {
+		case skip[i] && c != 0:
+			problems = append(problems, fmt.Sprintf("seq %d should not be in the output", i))
+		case skip[i]:
+		case c == 0:
+			lost = append(lost, i)
+		case c > 1:
+			dup = append(dup, i)
+		}
+	}
+	if len(lost) > 0 || len(dup) > 0 {
+		problems = append(problems, fmt.Sprintf("%d lost (first %v), %d duplicated (first %v)", len(lost), head(lost), len(dup), head(dup)))
+	}
+	return problems
+}
+
+func head(s []int) []int {
+	if len(s) > 5 {
+		return s[:5]
+	}
+	return s
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("PIPELINE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// runUntilCommitted runs p until its group has committed the end of the
+// input topic, then stops it and returns Run's error.
+func runUntilCommitted(t *testing.T, k *cluster, p *Pipeline, group, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer wcancel()
+	werr := k.waitCommitted(wctx, group, topic)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if werr != nil {
+		t.Fatal(werr)
+	}
+}
+
+func newPipeline(t *testing.T, k *cluster, body string, reg *Registry, opts ...Option) *Pipeline {
+	t.Helper()
+	cfg := parseConfig(t, body)
+	p, err := New(cfg, reg, append([]Option{WithLogger(testLogger(t)), WithSeedBrokers(k.addr)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const passThrough = `
+instance_id: i1
+checkpoint: {interval: 100ms, timeout: 10s}
+transactions: {timeout: 20s}
+consumer: {session_timeout: 6s}
+sources: {in: {topics: [in]}}
+steps: [{map: "{k: value.k, seq: value.seq}"}]
+sinks: {out: {topic: out}}
+dead_letter: {topic: dlq}
+`
+
+func TestPassThroughIsExactlyOnceWithDeadLetters(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 3)
+	const n = 5000
+	poison := map[int]bool{17: true, 2500: true, 4999: true}
+	k.input("in", n, 50, poison)
+	p := newPipeline(t, k, passThrough, nil)
+	runUntilCommitted(t, k, p, "t", "in")
+	checkExactlyOnce(t, k.readAll("out"), n, poison)
+	dlq := k.readAll("dlq")
+	if len(dlq) != len(poison) {
+		t.Fatalf("%d dead letters, want %d", len(dlq), len(poison))
+	}
+	for _, r := range dlq {
+		off := ""
+		for _, h := range r.Headers {
+			if h.Key == HeaderOffset {
+				off = string(h.Value)
+			}
+		}
+		if off == "" {
+			t.Errorf("dead letter without %s header", HeaderOffset)
+		}
+	}
+	if st := p.Stats(); st.RecordsIn != n || st.DeadLetters != int64(len(poison)) {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestInjectedProduceFailuresAbortAndReplay(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 3)
+	const n = 20000
+	k.input("in", n, 100, nil)
+	// Fail some produce requests to the output with an error the client
+	// does not retry: each fails its checkpoint, which must abort and
+	// replay without losing or doubling anything.
+	h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: 4})
+	var aborted atomic.Int64
+	p := newPipeline(t, k, passThrough, nil, WithCheckpointObserver(func(cp Checkpoint) {
+		if !cp.Committed {
+			aborted.Add(1)
+		}
+	}))
+	runUntilCommitted(t, k, p, "t", "in")
+	if h.Hits() == 0 {
+		t.Fatal("the produce fault never fired")
+	}
+	if aborted.Load() == 0 || p.Stats().Aborted == 0 {
+		t.Fatalf("no checkpoint aborted although %d produce requests failed", h.Hits())
+	}
+	checkExactlyOnce(t, k.readAll("out"), n, nil)
+	t.Logf("%d produce faults fired, %d checkpoints aborted, %d rebuilds, %d committed", h.Hits(), aborted.Load(), p.Stats().Rebuilds, p.Stats().Committed)
+}
+
+func TestLostEndTxnAnswerIsResolvedNotGuessed(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 2)
+	const n = 5000
+	k.input("in", n, 20, nil)
+	// REQUEST_TIMED_OUT on EndTxn: the broker applies the commit but the
+	// answer says it failed. The pipeline must not guess either way.
+	h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut, Count: 3})
+	p := newPipeline(t, k, passThrough, nil)
+	runUntilCommitted(t, k, p, "t", "in")
+	if h.Hits() == 0 {
+		t.Fatal("the EndTxn fault never fired")
+	}
+	checkExactlyOnce(t, k.readAll("out"), n, nil)
+	t.Logf("%d EndTxn faults fired; stats %+v", h.Hits(), p.Stats())
+}
+
+// slow is an operator that takes a while per record, so that a parallel
+// stage holds records when a checkpoint's barrier arrives.
+type slow struct{ d time.Duration }
+
+func (s slow) Outputs() []string                    { return nil }
+func (s slow) NewOperator(TaskID) (Operator, error) { return s, nil }
+func (s slow) Process(ctx *Context, r *Record) error {
+	time.Sleep(s.d)
+	ctx.Emit(r)
+	return nil
+}
+
+func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
+	for _, skipDrain := range []bool{false, true} {
+		name := "with the drain nothing is lost"
+		if skipDrain {
+			name = "without the drain the check fails (the test can fail)"
+		}
+		t.Run(name, func(t *testing.T) {
+			k := newCluster(t)
+			k.topic("in", 2)
+			const n = 3000
+			k.input("in", n, 40, nil)
+			reg := NewRegistry()
+			if err := reg.Register("slow", func(*Spec) (Definition, error) { return slow{d: time.Millisecond}, nil }); err != nil {
+				t.Fatal(err)
+			}
+			body := strings.Replace(passThrough, `steps: [{map: "{k: value.k, seq: value.seq}"}]`,
+				`steps: [{parallel: {workers: 3, queue: 64, slow: {}}}]`, 1)
+			body = strings.Replace(body, "interval: 100ms", "interval: 20ms", 1)
+			p := newPipeline(t, k, body, reg)
+			// Some checkpoints abort: records a checkpoint left in the
+			// workers would then be lost, as after a crash.
+			h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: 6})
+			testSkipDrain.Store(skipDrain)
+			defer testSkipDrain.Store(false)
+			held := heldAtBarrier.Load()
+
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx) }()
+			wctx, wcancel := context.WithTimeout(context.Background(), 60*time.Second)
+			werr := k.waitCommitted(wctx, "t", "in")
+			wcancel()
+			cancel()
+			rerr := <-done
+			if got := heldAtBarrier.Load() - held; got == 0 {
+				t.Fatal("no checkpoint barrier found the workers holding records: the case under test never happened")
+			}
+			if h.Hits() == 0 {
+				t.Fatal("the produce fault never fired")
+			}
+			out := k.readAll("out")
+			if skipDrain {
+				// Records still in workers at commit are produced outside
+				// any transaction or into the next one: the output cannot
+				// match the committed offsets.
+				problems := exactlyOnceProblems(out, n, nil)
+				if werr == nil && rerr == nil && len(problems) == 0 {
+					t.Fatal("skipping the drain went unnoticed")
+				}
+				t.Logf("without the drain: %d of %d outputs, problems %v, wait err %v, run err %v", len(out), n, problems, werr, rerr)
+				return
+			}
+			if werr != nil || rerr != nil {
+				t.Fatalf("wait: %v, run: %v", werr, rerr)
+			}
+			checkExactlyOnce(t, out, n, nil)
+		})
+	}
+}
+
+func TestStopsAtABadRecordWithoutADeadLetterTopic(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 1)
+	const n, bad = 1000, 600
+	k.input("in", n, 10, map[int]bool{bad: true})
+	body := strings.Replace(passThrough, "dead_letter: {topic: dlq}\n", "", 1)
+	p := newPipeline(t, k, body, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := p.Run(ctx)
+	if err == nil {
+		t.Fatal("Run returned nil")
+	}
+	var re *RecordError
+	if !errors.As(err, &re) || re.Position.Offset != bad || re.Position.Topic != "in" {
+		t.Fatalf("error does not name the record's position in/0@%d: %v", bad, err)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("in/0@%d", bad)) {
+		t.Fatalf("message does not name the position: %v", err)
+	}
+	offs, ferr := k.adm.FetchOffsets(context.Background(), "t")
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	if c, ok := offs.Lookup("in", 0); ok && c.At > bad {
+		t.Fatalf("committed offset %d is past the bad record at %d", c.At, bad)
+	}
+	for _, r := range k.readAll("out") {
+		var v struct{ Seq int }
+		_ = json.Unmarshal(r.Value, &v)
+		if v.Seq >= bad {
+			t.Fatalf("output seq %d is at or past the bad record", v.Seq)
+		}
+	}
+}
+
+func TestStartupChecks(t *testing.T) {
+	t.Run("a transaction time-out above the broker's maximum names both values", func(t *testing.T) {
+		k := newCluster(t, kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "10000"}))
+		k.topic("in", 1)
+		p := newPipeline(t, k, passThrough, nil)
+		err := p.Run(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "transactions.timeout (20s)") || !strings.Contains(err.Error(), "transaction.max.timeout.ms (10s)") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("a missing source topic is named with its YAML path", func(t *testing.T) {
+		k := newCluster(t)
+		p := newPipeline(t, k, passThrough, nil)
+		err := p.Run(context.Background())
+		if err == nil || !strings.Contains(err.Error(), `sources.in.topics[0]: topic "in" does not exist`) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("an output topic with other partitions than configured is refused", func(t *testing.T) {
+		k := newCluster(t)
+		k.topic("in", 1)
+		k.topic("out", 2)
+		body := strings.Replace(passThrough, "sinks: {out: {topic: out}}", "sinks: {out: {topic: out, partitions: 3}}", 1)
+		p := newPipeline(t, k, body, nil)
+		err := p.Run(context.Background())
+		if err == nil || !strings.Contains(err.Error(), `sinks.out.partitions: topic "out" has 2 partitions, the config asks for 3`) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("missing output topics are created like the source", func(t *testing.T) {
+		k := newCluster(t)
+		k.topic("in", 4)
+		p := newPipeline(t, k, passThrough, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		deadline := time.Now().Add(10 * time.Second)
+		for k.c.TopicInfo("out") == nil || k.c.TopicInfo("dlq") == nil {
+			if time.Now().After(deadline) {
+				t.Fatal("output topics not created")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := len(k.c.PartitionInfos("out")); got != 4 {
+			t.Fatalf("out has %d partitions, want 4", got)
+		}
+	})
+}

@@ -1,0 +1,171 @@
+package pipeline
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/vm"
+)
+
+// ExprEnv is what an expression sees. Expressions name its fields in lower
+// case: key, value, headers, topic, partition, offset, timestamp (Unix
+// milliseconds) and, in reduce expressions, state.
+type ExprEnv struct {
+	Key       any               `expr:"key"`
+	Value     any               `expr:"value"`
+	Headers   map[string]string `expr:"headers"`
+	Topic     string            `expr:"topic"`
+	Partition int               `expr:"partition"`
+	Offset    int64             `expr:"offset"`
+	Timestamp int64             `expr:"timestamp"`
+	State     any               `expr:"state"`
+}
+
+type envField uint8
+
+const (
+	useKey envField = 1 << iota
+	useValue
+	useHeaders
+)
+
+// Expr is an expression compiled once at start-up. It is safe for
+// concurrent use; each goroutine evaluates it with its own Evaluator.
+type Expr struct {
+	src  string
+	prog *vm.Program
+	uses envField
+}
+
+// ExprResult constrains what an expression must return.
+type ExprResult uint8
+
+const (
+	AnyResult ExprResult = iota
+	BoolResult
+)
+
+// CompileExpr compiles src. The error carries the parser's message with the
+// position in src.
+func CompileExpr(src string, want ExprResult) (*Expr, error) {
+	opts := []expr.Option{expr.Env(ExprEnv{})}
+	if want == BoolResult {
+		opts = append(opts, expr.AsBool())
+	}
+	prog, err := expr.Compile(src, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("expression %q: %v", src, err)
+	}
+	e := &Expr{src: src, prog: prog}
+	node := prog.Node()
+	ast.Walk(&node, &usesVisitor{uses: &e.uses})
+	return e, nil
+}
+
+// String returns the expression's source.
+func (e *Expr) String() string { return e.src }
+
+type usesVisitor struct{ uses *envField }
+
+func (v *usesVisitor) Visit(n *ast.Node) {
+	id, ok := (*n).(*ast.IdentifierNode)
+	if !ok {
+		return
+	}
+	switch id.Value {
+	case "key":
+		*v.uses |= useKey
+	case "value":
+		*v.uses |= useValue
+	case "headers":
+		*v.uses |= useHeaders
+	}
+}
+
+// Evaluator evaluates expressions against records. It is not safe for
+// concurrent use: give each task or worker its own.
+type Evaluator struct {
+	vm  vm.VM
+	env ExprEnv
+}
+
+// Eval evaluates e against r. Only the parts of r the expression names are
+// decoded.
+func (ev *Evaluator) Eval(e *Expr, r *Record) (any, error) {
+	return ev.EvalState(e, r, nil)
+}
+
+// EvalState is Eval with the state variable bound.
+func (ev *Evaluator) EvalState(e *Expr, r *Record, state any) (any, error) {
+	env := &ev.env
+	*env = ExprEnv{
+		Topic:     r.Source.Topic,
+		Partition: int(r.Source.Partition),
+		Offset:    r.Source.Offset,
+		Timestamp: r.Timestamp.UnixMilli(),
+		State:     state,
+	}
+	if e.uses&useKey != 0 {
+		k, err := r.Key.Get()
+		if err != nil {
+			return nil, fmt.Errorf("key: %w", err)
+		}
+		env.Key = k
+	}
+	if e.uses&useValue != 0 {
+		v, err := r.Value.Get()
+		if err != nil {
+			return nil, fmt.Errorf("value: %w", err)
+		}
+		env.Value = v
+	}
+	if e.uses&useHeaders != 0 && len(r.Headers) > 0 {
+		env.Headers = make(map[string]string, len(r.Headers))
+		for _, h := range r.Headers {
+			env.Headers[h.Key] = string(h.Value)
+		}
+	}
+	out, err := ev.vm.Run(e.prog, env)
+	if err != nil {
+		return nil, fmt.Errorf("evaluating %q: %w", e.src, err)
+	}
+	return out, nil
+}
+
+// EvalBool evaluates a predicate.
+func (ev *Evaluator) EvalBool(e *Expr, r *Record) (bool, error) {
+	out, err := ev.Eval(e, r)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.(bool)
+	if !ok {
+		return false, fmt.Errorf("evaluating %q: got %T, want bool", e.src, out)
+	}
+	return b, nil
+}
+
+// EvalList evaluates an expression that must yield a list.
+func (ev *Evaluator) EvalList(e *Expr, r *Record) ([]any, error) {
+	out, err := ev.Eval(e, r)
+	if err != nil {
+		return nil, err
+	}
+	switch t := out.(type) {
+	case []any:
+		return t, nil
+	case nil:
+		return nil, nil
+	}
+	rv := reflect.ValueOf(out)
+	if rv.Kind() != reflect.Slice && rv.Kind() != reflect.Array {
+		return nil, fmt.Errorf("evaluating %q: got %T, want a list", e.src, out)
+	}
+	list := make([]any, rv.Len())
+	for i := range list {
+		list[i] = rv.Index(i).Interface()
+	}
+	return list, nil
+}

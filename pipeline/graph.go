@@ -1,0 +1,322 @@
+package pipeline
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/pipeline-run/pipeline/config"
+)
+
+// nodeKind tells sources, steps and sinks apart.
+type nodeKind uint8
+
+const (
+	sourceNode nodeKind = iota
+	stepNode
+	sinkNode
+)
+
+// node is one vertex of the graph: a source, a step or a sink.
+type node struct {
+	idx  int // position in Graph.nodes, which is a topological order
+	name string
+	path string
+	kind nodeKind
+	op   string // operator kind for steps
+
+	def      Definition   // steps
+	parallel *parallelDef // steps of kind parallel
+	sink     *sinkDef     // sinks
+	source   *config.Source
+
+	keyFormat, valueFormat Format // sources
+
+	inputs []streamRef
+	// outputs maps an output name ("" for the default) to its readers.
+	outputs map[string][]edge
+	// afterParallel is set on nodes a parallel stage's workers can reach:
+	// their per-task instances are guarded by the task's lock.
+	afterParallel bool
+}
+
+type edge struct {
+	to    *node
+	input int // which of to's inputs this is
+}
+
+type streamRef struct {
+	node   *node
+	output string
+}
+
+func (r streamRef) String() string {
+	if r.output == "" {
+		return r.node.name
+	}
+	return r.node.name + "." + r.output
+}
+
+// Graph is the validated operator graph of a pipeline.
+type Graph struct {
+	nodes   []*node
+	byName  map[string]*node
+	byTopic map[string]*node // source topic -> source node
+	sinks   []*node
+	stages  []*parallelDef
+	dlq     string
+}
+
+// Build turns the configuration into a graph, compiling every expression.
+// It reports every problem it finds, each named by its YAML path.
+func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	var errs BuildErrors
+	errf := func(path, format string, args ...any) {
+		errs = append(errs, &BuildError{Path: path, Line: cfg.Line(path), Msg: fmt.Sprintf(format, args...)})
+	}
+	g := &Graph{byName: map[string]*node{}, byTopic: map[string]*node{}, dlq: cfg.DeadLetter.Topic}
+	add := func(n *node) bool {
+		if prev, ok := g.byName[n.name]; ok {
+			errf(n.path, "name %q is already used by %s", n.name, prev.path)
+			return false
+		}
+		n.idx = len(g.nodes)
+		n.outputs = map[string][]edge{}
+		g.nodes = append(g.nodes, n)
+		g.byName[n.name] = n
+		return true
+	}
+
+	for i := range cfg.Sources {
+		src := &cfg.Sources[i]
+		n := &node{name: src.Name, path: src.Path, kind: sourceNode, source: src}
+		var err error
+		if n.valueFormat, err = ParseFormat(src.Format); err != nil {
+			errf(src.Path+".format", "%v", err)
+		}
+		if n.keyFormat, err = parseKeyFormat(src.KeyFormat); err != nil {
+			errf(src.Path+".key_format", "%v", err)
+		}
+		for j, t := range src.Topics {
+			if prev, ok := g.byTopic[t]; ok {
+				errf(fmt.Sprintf("%s.topics[%d]", src.Path, j), "topic %q is already read by %s", t, prev.path)
+				continue
+			}
+			g.byTopic[t] = n
+		}
+		add(n)
+	}
+	if len(cfg.Sources) == 0 {
+		errf("sources", "at least one source is required")
+	}
+
+	// resolve turns a stream name into a reference. Steps may only read
+	// sources and earlier steps, which keeps the graph acyclic and the
+	// YAML readable top to bottom.
+	resolve := func(path, name string) (streamRef, bool) {
+		base, out, _ := strings.Cut(name, ".")
+		n, ok := g.byName[base]
+		if !ok || n.kind == sinkNode {
+			errf(path, "no source or earlier step named %q (known: %s)", base, strings.Join(g.streamNames(), ", "))
+			return streamRef{}, false
+		}
+		if out == "default" {
+			out = ""
+		}
+		if out != "" && !n.hasOutput(out) {
+			if len(n.namedOutputs()) == 0 {
+				errf(path, "%s has no named outputs; read it as %q", base, base)
+			} else {
+				errf(path, "%s has no output %q (outputs: %s)", base, out, strings.Join(n.namedOutputs(), ", "))
+			}
+			return streamRef{}, false
+		}
+		return streamRef{node: n, output: out}, true
+	}
+
+	var prev *node // the previous step, read by a step with no from
+	for i := range cfg.Steps {
+		st := &cfg.Steps[i]
+		n := &node{name: st.Name, path: st.Path, kind: stepNode, op: st.Kind}
+		opPath := st.Path + "." + st.Kind
+		switch {
+		case len(st.From) > 0:
+			for j, f := range st.From {
+				p := st.Path + ".from"
+				if len(st.From) > 1 {
+					p = fmt.Sprintf("%s.from[%d]", st.Path, j)
+				}
+				if ref, ok := resolve(p, f); ok {
+					n.inputs = append(n.inputs, ref)
+				}
+			}
+		case prev != nil:
+			n.inputs = []streamRef{{node: prev}}
+		case len(cfg.Sources) == 1:
+			n.inputs = []streamRef{{node: g.byName[cfg.Sources[0].Name]}}
+		default:
+			errf(st.Path+".from", "required: there are several sources")
+		}
+		spec := &Spec{Name: st.Name, Kind: st.Kind, Path: opPath, Value: st.Spec, Inputs: len(n.inputs), line: cfg.Line, errs: &errs}
+		if st.Kind == "parallel" {
+			n.parallel = buildParallel(spec, reg)
+			if n.parallel != nil {
+				n.parallel.node = n
+				n.def = n.parallel.inner
+				for _, in := range n.inputs {
+					if in.node.afterParallel || in.node.parallel != nil {
+						errf(opPath, "a parallel stage cannot read the output of another parallel stage; put both steps into one stage")
+					}
+				}
+				g.stages = append(g.stages, n.parallel)
+			}
+		} else if f, ok := reg.lookup(st.Kind); ok && f != nil {
+			before := len(errs)
+			def, err := f(spec)
+			if err != nil {
+				errf(opPath, "%v", err)
+			} else if def == nil && len(errs) == before {
+				errf(opPath, "operator %q built nothing", st.Kind)
+			}
+			n.def = def
+		} else {
+			errf(opPath, "unknown operator %q (known: %s)", st.Kind, strings.Join(reg.Kinds(), ", "))
+		}
+		for _, in := range n.inputs {
+			if in.node.afterParallel || in.node.parallel != nil {
+				n.afterParallel = true
+			}
+		}
+		if add(n) {
+			for j, in := range n.inputs {
+				in.node.outputs[in.output] = append(in.node.outputs[in.output], edge{to: n, input: j})
+			}
+		}
+		prev = n
+	}
+
+	for i := range cfg.Sinks {
+		sk := &cfg.Sinks[i]
+		n := &node{name: sk.Name, path: sk.Path, kind: sinkNode}
+		var ref streamRef
+		var ok bool
+		switch {
+		case sk.From != "":
+			ref, ok = resolve(sk.Path+".from", sk.From)
+		case prev != nil:
+			ref, ok = streamRef{node: prev}, true
+		case len(cfg.Sources) == 1:
+			ref, ok = streamRef{node: g.byName[cfg.Sources[0].Name]}, true
+		default:
+			errf(sk.Path+".from", "required: there are several sources and no steps")
+		}
+		n.sink = buildSink(sk, cfg.Line, &errs)
+		if ok {
+			n.inputs = []streamRef{ref}
+			n.afterParallel = ref.node.afterParallel || ref.node.parallel != nil
+		}
+		if add(n) && ok {
+			ref.node.outputs[ref.output] = append(ref.node.outputs[ref.output], edge{to: n})
+		}
+		g.sinks = append(g.sinks, n)
+	}
+	if len(cfg.Sinks) == 0 {
+		errf("sinks", "at least one sink is required")
+	}
+
+	// A step whose output nobody reads is almost always a mistake in the
+	// YAML (a misspelt from); say so rather than drop records silently.
+	for _, n := range g.nodes {
+		if n.kind != stepNode || n.def == nil {
+			continue
+		}
+		if len(n.outputs) == 0 {
+			errf(n.path, "nothing reads the output of step %q", n.name)
+		}
+	}
+
+	if len(errs) > 0 {
+		sort.SliceStable(errs, func(i, j int) bool {
+			if errs[i].Line != errs[j].Line && errs[i].Line > 0 && errs[j].Line > 0 {
+				return errs[i].Line < errs[j].Line
+			}
+			return false
+		})
+		return nil, errs
+	}
+	return g, nil
+}
+
+func parseKeyFormat(s string) (Format, error) {
+	if s == "" {
+		return String, nil
+	}
+	return ParseFormat(s)
+}
+
+func (n *node) namedOutputs() []string {
+	if n.def == nil {
+		return nil
+	}
+	return n.def.Outputs()
+}
+
+func (n *node) hasOutput(out string) bool {
+	for _, o := range n.namedOutputs() {
+		if o == out {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *Graph) streamNames() []string {
+	var out []string
+	for _, n := range g.nodes {
+		if n.kind == sinkNode {
+			continue
+		}
+		out = append(out, n.name)
+		for _, o := range n.namedOutputs() {
+			out = append(out, n.name+"."+o)
+		}
+	}
+	return out
+}
+
+// Summary is a one-line description of the graph, for `validate`.
+func (g *Graph) Summary() string {
+	var parts []string
+	for _, n := range g.nodes {
+		switch n.kind {
+		case sourceNode:
+			parts = append(parts, fmt.Sprintf("source %s%v", n.name, n.source.Topics))
+		case stepNode:
+			from := make([]string, len(n.inputs))
+			for i, in := range n.inputs {
+				from[i] = in.String()
+			}
+			parts = append(parts, fmt.Sprintf("%s %s<-%s", n.op, n.name, strings.Join(from, "+")))
+		case sinkNode:
+			parts = append(parts, fmt.Sprintf("sink %s<-%s->%s", n.name, n.inputs[0], n.sink.topic))
+		}
+	}
+	s := strings.Join(parts, " | ")
+	if g.dlq != "" {
+		s += " | dead-letter->" + g.dlq
+	}
+	return s
+}
+
+// SourceTopics returns every topic the pipeline reads, sorted.
+func (g *Graph) SourceTopics() []string {
+	out := make([]string, 0, len(g.byTopic))
+	for t := range g.byTopic {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,535 @@
+// Package pipeline is the runtime: records, the operator graph, tasks and
+// the checkpoint coordinator that commits outputs and consumed offsets in
+// one Kafka transaction.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/txsink"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Pipeline runs one configured graph.
+type Pipeline struct {
+	cfg   *config.Config
+	g     *Graph
+	log   *slog.Logger
+	seeds []string
+	extra []kgo.Opt
+	obs   func(Checkpoint)
+
+	stats counters
+}
+
+// Option configures a Pipeline.
+type Option func(*Pipeline)
+
+// WithLogger sets the logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(p *Pipeline) { p.log = l } }
+
+// WithSeedBrokers overrides the configured brokers, for the embedded broker.
+func WithSeedBrokers(addrs ...string) Option { return func(p *Pipeline) { p.seeds = addrs } }
+
+// WithClientOpts adds options to the transactional client, after the ones
+// the configuration implies (tests use it for hooks).
+func WithClientOpts(opts ...kgo.Opt) Option {
+	return func(p *Pipeline) { p.extra = append(p.extra, opts...) }
+}
+
+// WithCheckpointObserver calls fn after every checkpoint, committed or not,
+// on the coordinator goroutine; fn must return quickly.
+func WithCheckpointObserver(fn func(Checkpoint)) Option { return func(p *Pipeline) { p.obs = fn } }
+
+// New builds the graph of cfg with the operators of reg (nil: the built-in
+// ones). It does not touch the network.
+func New(cfg *config.Config, reg *Registry, opts ...Option) (*Pipeline, error) {
+	g, err := Build(cfg, reg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{cfg: cfg, g: g, log: slog.Default()}
+	for _, o := range opts {
+		o(p)
+	}
+	return p, nil
+}
+
+// Graph returns the pipeline's graph.
+func (p *Pipeline) Graph() *Graph { return p.g }
+
+// CheckpointID numbers the checkpoints of one run.
+type CheckpointID uint64
+
+// Checkpoint describes one finished checkpoint.
+type Checkpoint struct {
+	ID        CheckpointID
+	Committed bool
+	Err       error // why it did not commit
+	Records   int   // input records it covered
+	Produced  int64 // records written (outputs and dead letters)
+	Bytes     int64
+	Duration  time.Duration // from the first poll to the broker's answer
+	Commit    time.Duration // barrier, flush and commit
+	Ranges    []offsets.Range
+}
+
+// Stats are the running totals of a pipeline.
+type Stats struct {
+	RecordsIn   int64 // input records covered by committed checkpoints
+	RecordsOut  int64 // records written by committed checkpoints (dead letters included)
+	DeadLetters int64 // input records sent to the dead-letter topic, committed or not
+	Committed   int64 // checkpoints committed
+	Aborted     int64 // checkpoints aborted
+	Rebuilds    int64 // times the transactional client was rebuilt
+}
+
+type counters struct {
+	in, out, dead, committed, aborted, rebuilds atomic.Int64
+}
+
+// Stats returns the running totals.
+func (p *Pipeline) Stats() Stats {
+	return Stats{
+		RecordsIn: p.stats.in.Load(), RecordsOut: p.stats.out.Load(), DeadLetters: p.stats.dead.Load(),
+		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(),
+	}
+}
+
+// Run runs the pipeline until ctx is done, then commits (or aborts) the
+// open checkpoint and returns nil. It returns an error for anything that
+// stops it earlier: a record failing with no dead-letter topic, a fence by a
+// live twin, a setup problem.
+func (p *Pipeline) Run(ctx context.Context) error {
+	cfg := p.cfg
+	base, err := ClientOpts(cfg, p.seeds, p.log)
+	if err != nil {
+		return err
+	}
+	seeds := p.seeds
+	if len(seeds) == 0 {
+		seeds = cfg.Brokers.Addrs
+	}
+	if err := dialCheck(ctx, seeds, 30*time.Second); err != nil {
+		return err
+	}
+	admCl, err := kgo.NewClient(base...)
+	if err != nil {
+		return err
+	}
+	adm := kadm.NewClient(admCl)
+	defer adm.Close()
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = prepare(sctx, adm, cfg, p.g, p.log)
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	rt := &runtime{
+		p:      p,
+		g:      p.g,
+		cfg:    cfg,
+		log:    p.log,
+		tasks:  map[TaskID]*task{},
+		parts:  map[TaskID]map[string]bool{},
+		stages: make([]*stage, len(p.g.nodes)),
+		track:  offsets.NewTracker(),
+	}
+	// Produces must not fail because shutdown began: the last checkpoint
+	// still commits what it read.
+	prodCtx := context.WithoutCancel(ctx)
+	rt.produce = func(r *kgo.Record) { rt.sink.Produce(prodCtx, r) }
+	opts := append(transactOpts(cfg, base, p.g.SourceTopics(), rt.revoked), p.extra...)
+	rt.sink, err = txsink.New(opts, p.log)
+	if err != nil {
+		return err
+	}
+	for _, n := range p.g.nodes {
+		if n.parallel == nil {
+			continue
+		}
+		st, err := startStage(rt, n.parallel)
+		if err != nil {
+			rt.shutdown()
+			return err
+		}
+		rt.stages[n.idx] = st
+	}
+	p.log.Info("pipeline running", "name", cfg.Name, "instance", cfg.InstanceID, "group", cfg.Group,
+		"transactional_id", cfg.Transactions.ID(cfg.InstanceID), "checkpoint_interval", cfg.Checkpoint.Interval,
+		"transaction_timeout", cfg.Transactions.Timeout, "graph", p.g.Summary())
+	err = rt.loop(ctx)
+	rt.shutdown()
+	st := p.Stats()
+	p.log.Info("pipeline stopped", "records_in", st.RecordsIn, "records_out", st.RecordsOut, "dead_letters", st.DeadLetters,
+		"checkpoints_committed", st.Committed, "checkpoints_aborted", st.Aborted, "err", err)
+	return err
+}
+
+// runtime is one run's moving parts. The coordinator goroutine owns the
+// loop; tasks, workers and client callbacks reach it through the few
+// guarded fields below.
+type runtime struct {
+	p       *Pipeline
+	g       *Graph
+	cfg     *config.Config
+	log     *slog.Logger
+	sink    *txsink.Sink
+	produce func(*kgo.Record) // into the open transaction
+	stages  []*stage          // by node index
+	track   *offsets.Tracker
+	nextID  CheckpointID
+
+	// mu guards tasks and parts, and every send to a task's queue, so a
+	// revoked task is never sent work after it stopped.
+	mu    sync.Mutex
+	tasks map[TaskID]*task
+	parts map[TaskID]map[string]bool // topics assigned per partition number
+
+	fatalMu sync.Mutex
+	fatal   error
+	hasErr  atomic.Bool
+
+	dlqLogged atomic.Int64 // unix seconds of the last dead-letter log line
+	dlqQuiet  atomic.Int64 // dead letters not logged since
+}
+
+// Produce sends r within the open transaction.
+func (rt *runtime) Produce(r *kgo.Record) { rt.produce(r) }
+
+func (rt *runtime) failed() bool { return rt.hasErr.Load() }
+
+func (rt *runtime) fail(err error) {
+	rt.fatalMu.Lock()
+	if rt.fatal == nil {
+		rt.fatal = err
+	}
+	rt.fatalMu.Unlock()
+	rt.hasErr.Store(true)
+}
+
+func (rt *runtime) fatalErr() error {
+	rt.fatalMu.Lock()
+	defer rt.fatalMu.Unlock()
+	return rt.fatal
+}
+
+// recordFailed routes a failed record to the dead-letter topic, inside the
+// open transaction, with the error and the source position in headers.
+func (rt *runtime) recordFailed(e *RecordError, r *Record) {
+	if rt.g.dlq == "" {
+		rt.fail(fmt.Errorf("%w (no dead_letter topic is configured, so the pipeline stops; nothing after the last checkpoint is committed)", e))
+		return
+	}
+	o := r.origin
+	kr := &kgo.Record{Topic: rt.g.dlq, Key: o.Key, Value: o.Value, Timestamp: o.Timestamp}
+	kr.Headers = append(make([]kgo.RecordHeader, 0, len(o.Headers)+5), o.Headers...)
+	kr.Headers = append(kr.Headers,
+		kgo.RecordHeader{Key: HeaderError, Value: []byte(e.Err.Error())},
+		kgo.RecordHeader{Key: HeaderStep, Value: []byte(e.Step)},
+		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(o.Topic)},
+		kgo.RecordHeader{Key: HeaderPartition, Value: fmt.Appendf(nil, "%d", o.Partition)},
+		kgo.RecordHeader{Key: HeaderOffset, Value: fmt.Appendf(nil, "%d", o.Offset)},
+	)
+	rt.Produce(kr)
+	rt.p.stats.dead.Add(1)
+	// At most one line a second, with how many went unlogged.
+	now := time.Now().Unix()
+	if last := rt.dlqLogged.Load(); now > last && rt.dlqLogged.CompareAndSwap(last, now) {
+		rt.log.Warn("record sent to the dead-letter topic", "err", e, "dead_letter_topic", rt.g.dlq, "not_logged_since", rt.dlqQuiet.Swap(0))
+	} else {
+		rt.dlqQuiet.Add(1)
+	}
+}
+
+// Headers set on dead-letter records.
+const (
+	HeaderError     = "pipeline.error"
+	HeaderStep      = "pipeline.step"
+	HeaderTopic     = "pipeline.source.topic"
+	HeaderPartition = "pipeline.source.partition"
+	HeaderOffset    = "pipeline.source.offset"
+)
+
+// loop runs checkpoints until ctx is done or something fatal happens.
+func (rt *runtime) loop(ctx context.Context) error {
+	fences := 0
+	for {
+		cp := rt.checkpoint(ctx)
+		if rt.p.obs != nil {
+			rt.p.obs(cp)
+		}
+		if fatal := rt.fatalErr(); fatal != nil {
+			return fatal
+		}
+		switch {
+		case cp.Committed:
+			fences = 0
+		case cp.Err == nil:
+			// Aborted cleanly (a rebalance): consumption was rewound.
+		default:
+			action := txsink.Classify(cp.Err)
+			if txsink.IsFenced(cp.Err) {
+				fences++
+			}
+			if action == txsink.Exit {
+				return fmt.Errorf("%w: %v", ErrZombie, cp.Err)
+			}
+			if fences >= 3 {
+				return fmt.Errorf("%w (transactional id %s): fenced %d times in a row without committing; another process with instance_id %q is probably running: %v",
+					ErrZombie, rt.cfg.Transactions.ID(rt.cfg.InstanceID), fences, rt.cfg.InstanceID, cp.Err)
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			rt.log.Warn("checkpoint failed; rebuilding the transactional client and resuming from the committed state", "checkpoint", cp.ID, "err", cp.Err)
+			if err := rt.rebuild(ctx); err != nil {
+				return err
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+func (rt *runtime) rebuild(ctx context.Context) error {
+	rt.p.stats.rebuilds.Add(1)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.Checkpoint.Timeout)
+	defer cancel()
+	return rt.sink.Rebuild(cctx)
+}
+
+// checkpoint reads for one interval (or max_records), then runs the
+// barrier, prepare and commit phases.
+func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
+	rt.nextID++
+	cp := Checkpoint{ID: rt.nextID}
+	start := time.Now()
+	if err := rt.sink.Begin(); err != nil {
+		cp.Err = fmt.Errorf("beginning checkpoint %d: %w", cp.ID, err)
+		return cp
+	}
+	rt.track.Begin()
+	deadline := start.Add(rt.cfg.Checkpoint.Interval)
+	max := rt.cfg.Checkpoint.MaxRecords
+	for cp.Records < max && ctx.Err() == nil && !rt.failed() {
+		pctx, cancel := context.WithDeadline(ctx, deadline)
+		n := min(rt.cfg.Consumer.MaxPollRecords, max-cp.Records)
+		fetches := rt.sink.Poll(pctx, n)
+		cancel()
+		if err := rt.fetchErr(fetches); err != nil {
+			cp.Err = err
+			break
+		}
+		cp.Records += rt.dispatch(fetches)
+		if !time.Now().Before(deadline) {
+			break
+		}
+	}
+
+	// Barrier and prepare: every task finishes what it was given, parallel
+	// stages drain and holding operators flush, in graph order.
+	commitStart := time.Now()
+	rt.barrier()
+	cp.Produced, cp.Bytes = rt.sink.Produced()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.Checkpoint.Timeout)
+	defer cancel()
+	if cp.Err != nil || rt.failed() {
+		if err := rt.sink.Abort(cctx); err != nil && cp.Err == nil {
+			cp.Err = err
+		}
+		rt.track.Abort()
+		rt.p.stats.aborted.Add(1)
+		cp.Duration = time.Since(start)
+		rt.sink.AllowRebalance()
+		return cp
+	}
+
+	// Commit: offsets join the transaction, which commits.
+	committed, err := rt.sink.Commit(cctx)
+	cp.Commit = time.Since(commitStart)
+	cp.Duration = time.Since(start)
+	cp.Err = err
+	if !committed {
+		rt.track.Abort()
+		rt.p.stats.aborted.Add(1)
+		if err != nil {
+			err = fmt.Errorf("checkpoint %d: %w", cp.ID, err)
+			cp.Err = err
+		}
+		rt.log.Info("checkpoint aborted", "checkpoint", cp.ID, "records", cp.Records, "err", err)
+		rt.sink.AllowRebalance()
+		return cp
+	}
+	cp.Committed = true
+	cp.Ranges = rt.track.Commit()
+	rt.p.stats.committed.Add(1)
+	rt.p.stats.in.Add(int64(cp.Records))
+	rt.p.stats.out.Add(cp.Produced)
+	if cp.Records > 0 {
+		rt.log.Debug("checkpoint committed", "checkpoint", cp.ID, "records", cp.Records, "produced", cp.Produced,
+			"duration", cp.Duration, "commit", cp.Commit)
+	}
+	// Only now may a waiting rebalance take partitions away: nothing is
+	// in flight.
+	rt.sink.AllowRebalance()
+	return cp
+}
+
+// fetchErr decides which fetch errors end the checkpoint. The client
+// retries transient ones itself and reports them only for information.
+func (rt *runtime) fetchErr(f kgo.Fetches) error {
+	for _, fe := range f.Errors() {
+		switch {
+		case errors.Is(fe.Err, context.DeadlineExceeded), errors.Is(fe.Err, context.Canceled):
+		case errors.Is(fe.Err, kgo.ErrClientClosed):
+			return fe.Err
+		case txsink.Classify(fe.Err) == txsink.Exit:
+			return fmt.Errorf("consuming %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+		default:
+			rt.log.Warn("fetch error (retried by the client)", "topic", fe.Topic, "partition", fe.Partition, "err", fe.Err)
+		}
+	}
+	return nil
+}
+
+// dispatch hands each partition's records to its task, in offset order.
+func (rt *runtime) dispatch(f kgo.Fetches) int {
+	n := 0
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	f.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		id := TaskID(p.Partition)
+		t, ok := rt.tasks[id]
+		if !ok {
+			var err error
+			if t, err = newTask(rt, id); err != nil {
+				rt.fail(err)
+				return
+			}
+			rt.tasks[id] = t
+		}
+		if rt.parts[id] == nil {
+			rt.parts[id] = map[string]bool{}
+		}
+		rt.parts[id][p.Topic] = true
+		rt.track.Observe(p.Topic, p.Partition, p.Records[0].Offset, p.Records[len(p.Records)-1].Offset)
+		t.in <- work{recs: p.Records, flush: -1}
+		n += len(p.Records)
+	})
+	return n
+}
+
+// barrier returns once every record handed out has been fully processed:
+// task queues empty, parallel stages drained, and operators that hold
+// records flushed, in topological order so that what one releases reaches
+// the next before it is flushed in turn.
+func (rt *runtime) barrier() {
+	rt.syncTasks(-1)
+	for _, n := range rt.g.nodes {
+		if st := rt.stages[n.idx]; st != nil {
+			st.drain()
+			continue
+		}
+		if rt.anyFlusher(n) {
+			rt.syncTasks(n.idx)
+			// What it released may have gone to a parallel stage further
+			// down, which the loop drains when it gets there.
+		}
+	}
+}
+
+func (rt *runtime) anyFlusher(n *node) bool {
+	if n.kind != stepNode {
+		return false
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, t := range rt.tasks {
+		if _, ok := t.ops[n.idx].(Flusher); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// syncTasks sends every task a barrier (flushing node flush, if >= 0) and
+// waits for all of them to answer.
+func (rt *runtime) syncTasks(flush int) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	acks := make([]chan struct{}, 0, len(rt.tasks))
+	for _, t := range rt.tasks {
+		c := make(chan struct{})
+		t.in <- work{flush: flush, barrier: c}
+		acks = append(acks, c)
+	}
+	for _, c := range acks {
+		<-c
+	}
+}
+
+// revoked runs on the client's group goroutine when partitions are taken
+// away. Rebalances are held until a checkpoint is done, so the tasks are
+// idle; a task closes once no topic of its partition number is left.
+func (rt *runtime) revoked(m map[string][]int32) {
+	var stop []*task
+	rt.mu.Lock()
+	for topic, parts := range m {
+		for _, p := range parts {
+			id := TaskID(p)
+			delete(rt.parts[id], topic)
+			if len(rt.parts[id]) == 0 {
+				if t, ok := rt.tasks[id]; ok {
+					stop = append(stop, t)
+					delete(rt.tasks, id)
+				}
+				delete(rt.parts, id)
+			}
+		}
+	}
+	rt.mu.Unlock()
+	for _, t := range stop {
+		t.stop()
+	}
+	if len(stop) > 0 {
+		rt.log.Info("tasks closed after their partitions were revoked", "tasks", len(stop))
+	}
+}
+
+// shutdown stops everything the run started, in order: tasks and workers
+// first (the last barrier left them idle; nothing they could still produce
+// would be committed), then the client, which aborts anything still open.
+func (rt *runtime) shutdown() {
+	rt.mu.Lock()
+	tasks := rt.tasks
+	rt.tasks = map[TaskID]*task{}
+	rt.mu.Unlock()
+	for _, t := range tasks {
+		t.stop()
+	}
+	for _, st := range rt.stages {
+		if st != nil {
+			st.stop()
+		}
+	}
+	if rt.sink != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.Checkpoint.Timeout)
+		defer cancel()
+		rt.sink.Close(ctx)
+	}
+}

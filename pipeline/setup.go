@@ -1,0 +1,213 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// brokerTxnMaxTimeout is Kafka's default transaction.max.timeout.ms.
+const brokerTxnMaxTimeout = 15 * time.Minute
+
+// prepare checks the cluster against the configuration before anything
+// runs: the transaction time-out against the broker's maximum, that every
+// source topic exists, that sink topics exist with the partitions the config
+// asks for (creating missing ones), and reports transactions left hanging on
+// the output partitions.
+func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) error {
+	if err := checkTxnTimeout(ctx, adm, cfg); err != nil {
+		return err
+	}
+
+	topics := g.SourceTopics()
+	details, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("listing source topics: %w", err)
+	}
+	var srcMax int32
+	var errs []error
+	for _, n := range g.nodes {
+		if n.kind != sourceNode {
+			continue
+		}
+		for i, t := range n.source.Topics {
+			d, ok := details[t]
+			if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+				errs = append(errs, fmt.Errorf("%s.topics[%d]: topic %q does not exist", n.path, i, t))
+				continue
+			}
+			if d.Err != nil {
+				errs = append(errs, fmt.Errorf("%s.topics[%d]: topic %q: %w", n.path, i, t, d.Err))
+				continue
+			}
+			if p := int32(len(d.Partitions)); p > srcMax {
+				srcMax = p
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+
+	type want struct {
+		path       string
+		topic      string
+		partitions int32
+		explicit   bool
+	}
+	var wants []want
+	for _, s := range g.sinks {
+		w := want{path: s.path + ".partitions", topic: s.sink.topic, partitions: s.sink.partitions, explicit: s.sink.partitions > 0}
+		if !w.explicit && cfg.Topics.Partitions > 0 {
+			w.partitions, w.explicit, w.path = cfg.Topics.Partitions, true, "topics.partitions"
+		}
+		wants = append(wants, w)
+	}
+	if g.dlq != "" {
+		w := want{path: "topics.partitions", topic: g.dlq, partitions: cfg.Topics.Partitions, explicit: cfg.Topics.Partitions > 0}
+		wants = append(wants, w)
+	}
+	seen := map[string]bool{}
+	for _, w := range wants {
+		if seen[w.topic] {
+			continue
+		}
+		seen[w.topic] = true
+		if !w.explicit {
+			w.partitions = srcMax
+		}
+		if err := ensureTopic(ctx, adm, cfg, w.topic, w.partitions, w.explicit, w.path, log); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	reportHanging(ctx, adm, cfg, g, log)
+	return nil
+}
+
+func checkTxnTimeout(ctx context.Context, adm *kadm.Client, cfg *config.Config) error {
+	max := brokerTxnMaxTimeout
+	rcs, err := adm.DescribeBrokerConfigs(ctx)
+	if err == nil {
+		for _, rc := range rcs {
+			if rc.Err != nil {
+				continue
+			}
+			for _, c := range rc.Configs {
+				if c.Key == "transaction.max.timeout.ms" && c.Value != nil {
+					if ms, perr := strconv.ParseInt(*c.Value, 10, 64); perr == nil {
+						max = time.Duration(ms) * time.Millisecond
+					}
+				}
+			}
+		}
+	} else {
+		return fmt.Errorf("reading the broker's transaction.max.timeout.ms: %w", err)
+	}
+	if cfg.Transactions.Timeout > max {
+		return fmt.Errorf("transactions.timeout (%s) must not be larger than the broker's transaction.max.timeout.ms (%s)", cfg.Transactions.Timeout, max)
+	}
+	return nil
+}
+
+func ensureTopic(ctx context.Context, adm *kadm.Client, cfg *config.Config, topic string, partitions int32, explicit bool, path string, log *slog.Logger) error {
+	details, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("describing topic %q: %w", topic, err)
+	}
+	if d, ok := details[topic]; ok && d.Err == nil {
+		if have := int32(len(d.Partitions)); explicit && have != partitions {
+			return fmt.Errorf("%s: topic %q has %d partitions, the config asks for %d", path, topic, have, partitions)
+		}
+		return nil
+	}
+	if partitions <= 0 {
+		partitions = 1
+	}
+	configs := map[string]*string{}
+	for k, v := range cfg.Topics.Configs {
+		configs[k] = kadm.StringPtr(v)
+	}
+	resp, err := adm.CreateTopic(ctx, partitions, cfg.Topics.ReplicationFactor, configs, topic)
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("creating topic %q: %w", topic, err)
+	}
+	if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("creating topic %q: %w", topic, resp.Err)
+	}
+	log.Info("created topic", "topic", topic, "partitions", partitions)
+	return nil
+}
+
+// reportHanging logs transactions open on the output partitions for longer
+// than the transaction time-out: a hanging transaction pins the last stable
+// offset and stalls every read_committed reader. `pipeline transactions`
+// lists and aborts them.
+func reportHanging(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) {
+	set := kadm.TopicsSet{}
+	topics := []string{}
+	for _, s := range g.sinks {
+		topics = append(topics, s.sink.topic)
+	}
+	if g.dlq != "" {
+		topics = append(topics, g.dlq)
+	}
+	details, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return
+	}
+	for t, d := range details {
+		for p := range d.Partitions {
+			set.Add(t, p)
+		}
+	}
+	hanging, err := Hanging(ctx, adm, set, cfg.Transactions.Timeout)
+	if err != nil {
+		log.Debug("checking for hanging transactions", "err", err)
+		return
+	}
+	for _, h := range hanging {
+		log.Warn("hanging transaction on an output partition; read_committed readers are stalled behind it until it ends (see `pipeline transactions`)",
+			"topic", h.Topic, "partition", h.Partition, "producer_id", h.ProducerID, "start_offset", h.StartOffset, "open_for", h.OpenFor.Round(time.Second))
+	}
+}
+
+// HangingTxn is a transaction open on a partition for longer than expected.
+type HangingTxn struct {
+	Topic       string
+	Partition   int32
+	ProducerID  int64
+	Epoch       int16
+	StartOffset int64
+	OpenFor     time.Duration
+}
+
+// Hanging returns the transactions open on the given partitions whose last
+// write is older than olderThan.
+func Hanging(ctx context.Context, adm *kadm.Client, set kadm.TopicsSet, olderThan time.Duration) ([]HangingTxn, error) {
+	described, err := adm.DescribeProducers(ctx, set)
+	if err != nil {
+		return nil, err
+	}
+	var out []HangingTxn
+	now := time.Now()
+	described.EachProducer(func(p kadm.DescribedProducer) {
+		if p.CurrentTxnStartOffset < 0 {
+			return
+		}
+		last := time.UnixMilli(p.LastTimestamp)
+		if open := now.Sub(last); open > olderThan {
+			out = append(out, HangingTxn{Topic: p.Topic, Partition: p.Partition, ProducerID: p.ProducerID, Epoch: p.ProducerEpoch, StartOffset: p.CurrentTxnStartOffset, OpenFor: open})
+		}
+	})
+	return out, nil
+}

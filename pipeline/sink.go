@@ -1,0 +1,120 @@
+package pipeline
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// sinkDef is a configured sink: where and how records are written.
+type sinkDef struct {
+	name, path             string
+	topic                  string
+	partitions             int32
+	key, value             *Expr
+	headers                []headerExpr
+	keyFormat, valueFormat Format
+}
+
+func buildSink(sk *config.Sink, line func(string) int, errs *BuildErrors) *sinkDef {
+	spec := &Spec{Name: sk.Name, Kind: "sink", Path: sk.Path, line: line, errs: errs}
+	d := &sinkDef{name: sk.Name, path: sk.Path, topic: sk.Topic, partitions: sk.Partitions}
+	var err error
+	if d.valueFormat, err = ParseFormat(sk.Format); err != nil {
+		spec.Errorf(".format", "%v", err)
+	}
+	if d.keyFormat, err = parseKeyFormat(sk.KeyFormat); err != nil {
+		spec.Errorf(".key_format", "%v", err)
+	}
+	if sk.Key != "" {
+		d.key = spec.Expr(".key", sk.Key, AnyResult)
+	}
+	if sk.Value != "" {
+		d.value = spec.Expr(".value", sk.Value, AnyResult)
+	}
+	d.headers = compileHeaders(spec, ".headers", sk.Headers)
+	return d
+}
+
+// Producer is where sinks and the dead-letter topic send records: the
+// open transaction.
+type Producer interface {
+	Produce(r *kgo.Record)
+}
+
+// sinkOp writes records to the sink's topic through the transaction.
+type sinkOp struct {
+	def  *sinkDef
+	prod Producer
+}
+
+func (s *sinkOp) Process(ctx *Context, r *Record) error {
+	var key, value []byte
+	var err error
+	if s.def.key != nil {
+		x, err := ctx.Eval.Eval(s.def.key, r)
+		if err != nil {
+			return err
+		}
+		if key, err = encode(x, s.def.keyFormat); err != nil {
+			return fmt.Errorf("key: %w", err)
+		}
+	} else if key, err = r.Key.Encode(s.def.keyFormat); err != nil {
+		return fmt.Errorf("key: %w", err)
+	}
+	if s.def.value != nil {
+		x, err := ctx.Eval.Eval(s.def.value, r)
+		if err != nil {
+			return err
+		}
+		if value, err = encode(x, s.def.valueFormat); err != nil {
+			return fmt.Errorf("value: %w", err)
+		}
+	} else if value, err = r.Value.Encode(s.def.valueFormat); err != nil {
+		return fmt.Errorf("value: %w", err)
+	}
+	kr := &kgo.Record{Topic: s.def.topic, Key: key, Value: value, Timestamp: r.Timestamp}
+	if n := len(r.Headers) + len(s.def.headers); n > 0 {
+		kr.Headers = make([]kgo.RecordHeader, 0, n)
+		for _, h := range r.Headers {
+			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		for _, h := range s.def.headers {
+			x, err := ctx.Eval.Eval(h.expr, r)
+			if err != nil {
+				return err
+			}
+			b, err := encode(x, String)
+			if err != nil {
+				return fmt.Errorf("header %q: %w", h.name, err)
+			}
+			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.name, Value: b})
+		}
+	}
+	s.prod.Produce(kr)
+	return nil
+}
+
+// toTime reads a timestamp from an expression result: Unix milliseconds, an
+// RFC 3339 string, or a time.Time.
+func toTime(x any) (time.Time, error) {
+	switch t := x.(type) {
+	case time.Time:
+		return t, nil
+	case int:
+		return time.UnixMilli(int64(t)), nil
+	case int64:
+		return time.UnixMilli(t), nil
+	case float64:
+		return time.UnixMilli(int64(t)), nil
+	case string:
+		ts, err := time.Parse(time.RFC3339Nano, t)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return ts, nil
+	}
+	return time.Time{}, fmt.Errorf("got %T, want Unix milliseconds or an RFC 3339 string", x)
+}

@@ -1,0 +1,179 @@
+package pipeline
+
+import (
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Context is what an operator sees while it processes a record: where to
+// emit, which task it runs in, and an expression evaluator of its own.
+type Context struct {
+	// Eval evaluates expressions; it belongs to this operator instance.
+	Eval *Evaluator
+
+	task  *task
+	node  *node
+	input int
+}
+
+// Task returns the task the record belongs to.
+func (c *Context) Task() TaskID { return c.task.id }
+
+// Input returns which of the step's inputs (its from list) the record
+// arrived on.
+func (c *Context) Input() int { return c.input }
+
+// Emit sends r to the step's default output.
+func (c *Context) Emit(r *Record) { c.task.deliver(c.node, "", r) }
+
+// EmitTo sends r to the named output. Emitting to an output the operator's
+// Definition does not list is a programming error and drops r.
+func (c *Context) EmitTo(output string, r *Record) { c.task.deliver(c.node, output, r) }
+
+// task processes the records of one partition number, in offset order, on
+// its own goroutine. It owns one operator instance per step.
+type task struct {
+	id   TaskID
+	rt   *runtime
+	in   chan work
+	done chan struct{}
+
+	ops  []Operator // by node index; nil for sources
+	ctxs []*Context
+
+	// mu guards the instances of steps downstream of a parallel stage,
+	// which the stage's workers call too. Lock order: a task never holds
+	// mu while handing a record to a worker (parallel stages cannot
+	// follow one another, see Build).
+	mu sync.Mutex
+}
+
+// work is one item of a task's queue: records, or a barrier to answer.
+type work struct {
+	recs    []*kgo.Record
+	flush   int // node to flush at this barrier; -1 for none
+	barrier chan struct{}
+}
+
+func newTask(rt *runtime, id TaskID) (*task, error) {
+	t := &task{
+		id:   id,
+		rt:   rt,
+		in:   make(chan work, 4),
+		done: make(chan struct{}),
+		ops:  make([]Operator, len(rt.g.nodes)),
+		ctxs: make([]*Context, len(rt.g.nodes)),
+	}
+	for _, n := range rt.g.nodes {
+		var op Operator
+		switch {
+		case n.kind == sourceNode:
+			continue
+		case n.kind == sinkNode:
+			op = &sinkOp{def: n.sink, prod: rt}
+		case n.parallel != nil:
+			op = parallelOp{st: rt.stages[n.idx]}
+		default:
+			var err error
+			if op, err = n.def.NewOperator(id); err != nil {
+				t.closeOps()
+				return nil, &BuildError{Path: n.path, Msg: err.Error()}
+			}
+		}
+		t.ops[n.idx] = op
+		t.ctxs[n.idx] = &Context{Eval: &Evaluator{}, task: t, node: n}
+	}
+	go t.run()
+	return t, nil
+}
+
+func (t *task) run() {
+	defer close(t.done)
+	for w := range t.in {
+		if w.barrier != nil {
+			if w.flush >= 0 && !t.rt.failed() {
+				t.flush(t.rt.g.nodes[w.flush])
+			}
+			close(w.barrier)
+			continue
+		}
+		for _, kr := range w.recs {
+			if t.rt.failed() {
+				// A record failed with no dead-letter topic: the
+				// checkpoint aborts, so the rest need no work.
+				break
+			}
+			src := t.rt.g.byTopic[kr.Topic]
+			r := NewRecord(kr, src.keyFormat, src.valueFormat)
+			t.deliver(src, "", r)
+		}
+	}
+}
+
+// deliver passes r to every reader of n's output. Each reader but the last
+// gets a clone, since operators change records in place.
+//
+// Steps after a parallel stage are reached both by the stage's workers and
+// by the task goroutine (through a union, say). Their instances are kept
+// single-threaded by t.mu, taken at the boundary: when a worker emits out of
+// the stage, or when the task goroutine enters that part of the graph. Inside
+// it nobody takes the lock again. A parallel stage never reads from that
+// part (Build refuses it), so nobody holds t.mu while handing a record to a
+// worker, whose queue may be full.
+func (t *task) deliver(n *node, output string, r *Record) {
+	readers := n.outputs[output]
+	for i, e := range readers {
+		rr := r
+		if i < len(readers)-1 {
+			rr = r.Clone()
+		}
+		lock := n.parallel != nil || (!n.afterParallel && e.to.afterParallel)
+		if lock {
+			t.mu.Lock()
+		}
+		ctx := t.ctxs[e.to.idx]
+		ctx.input = e.input
+		if err := t.ops[e.to.idx].Process(ctx, rr); err != nil {
+			t.recordFailed(e.to, rr, err)
+		}
+		if lock {
+			t.mu.Unlock()
+		}
+	}
+}
+
+func (t *task) flush(n *node) {
+	f, ok := t.ops[n.idx].(Flusher)
+	if !ok {
+		return
+	}
+	if n.afterParallel {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+	}
+	if err := f.Flush(t.ctxs[n.idx]); err != nil {
+		t.rt.fail(&RecordError{Step: n.name, Path: n.path, Err: err})
+	}
+}
+
+// recordFailed sends the input r derives from to the dead-letter topic, or
+// stops the pipeline when there is none.
+func (t *task) recordFailed(n *node, r *Record, err error) {
+	t.rt.recordFailed(&RecordError{Step: n.name, Path: n.path, Position: r.Source, Err: err}, r)
+}
+
+// stop ends the task's goroutine once its queue is done.
+func (t *task) stop() {
+	close(t.in)
+	<-t.done
+	t.closeOps()
+}
+
+func (t *task) closeOps() {
+	for _, op := range t.ops {
+		if c, ok := op.(Closer); ok {
+			_ = c.Close()
+		}
+	}
+}
