@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -24,6 +25,20 @@ func (e *env) run(ctx context.Context, args []string) error {
 	}
 	log := newLogger(e.stderr, cfg.Log, *level)
 
+	var cps checkpointLog
+	var m *metrics
+	var p *pipeline.Pipeline
+	var ln net.Listener
+	if cfg.Metrics.Listen != "" {
+		// Listen before anything runs: a taken port is a configuration
+		// error, not something to find out later.
+		if ln, err = net.Listen("tcp", cfg.Metrics.Listen); err != nil {
+			return usagef("metrics.listen: %v", err)
+		}
+		defer ln.Close()
+		m = newMetrics(func() pipeline.Stats { return p.Stats() })
+	}
+
 	var seeds []string
 	if cfg.Brokers.Embedded {
 		b, err := broker.Start(broker.Options{Logger: log})
@@ -43,11 +58,15 @@ func (e *env) run(ctx context.Context, args []string) error {
 		defer demo.close()
 	}
 
-	var cps checkpointLog
-	p, err := pipeline.New(cfg, e.reg,
+	p, err = pipeline.New(cfg, e.reg,
 		pipeline.WithLogger(log),
 		pipeline.WithSeedBrokers(seeds...),
-		pipeline.WithCheckpointObserver(cps.add),
+		pipeline.WithCheckpointObserver(func(cp pipeline.Checkpoint) {
+			cps.add(cp)
+			if m != nil {
+				m.observe(cp)
+			}
+		}),
 	)
 	if err != nil {
 		return err
@@ -58,6 +77,9 @@ func (e *env) run(ctx context.Context, args []string) error {
 	g, gctx := errgroup.WithContext(runCtx)
 	start := time.Now()
 	g.Go(func() error { return p.Run(runCtx) })
+	if m != nil {
+		g.Go(func() error { return m.serve(gctx, ln, log) })
+	}
 	if demo != nil {
 		g.Go(func() error {
 			// The demo ends by itself: once every record it wrote has

@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metric names, with their units.
+const (
+	metricCheckpoints        = "pipeline_checkpoints_total"
+	metricCheckpointDuration = "pipeline_checkpoint_duration_seconds"
+	metricCommitDuration     = "pipeline_checkpoint_commit_duration_seconds"
+	metricRecordsIn          = "pipeline_records_in_total"
+	metricRecordsOut         = "pipeline_records_out_total"
+	metricDeadLetters        = "pipeline_dead_letters_total"
+	metricRebuilds           = "pipeline_client_rebuilds_total"
+)
+
+// metrics exposes a pipeline's figures to Prometheus. It lives at the edge:
+// the runtime only reports checkpoints and keeps counters.
+type metrics struct {
+	reg         *prometheus.Registry
+	checkpoints *prometheus.CounterVec
+	duration    prometheus.Histogram
+	commit      prometheus.Histogram
+}
+
+func newMetrics(p func() pipeline.Stats) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricCheckpoints, Help: "Checkpoints finished, by outcome (committed or aborted).",
+		}, []string{"outcome"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: metricCheckpointDuration, Help: "Time from a checkpoint's first poll to its commit.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: metricCommitDuration, Help: "Time of a checkpoint's barrier, flush and commit.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+	}
+	counter := func(name, help string, f func(pipeline.Stats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(p())) })
+	}
+	m.reg.MustRegister(m.checkpoints, m.duration, m.commit,
+		counter(metricRecordsIn, "Input records covered by committed checkpoints.", func(s pipeline.Stats) int64 { return s.RecordsIn }),
+		counter(metricRecordsOut, "Records written by committed checkpoints, dead letters included.", func(s pipeline.Stats) int64 { return s.RecordsOut }),
+		counter(metricDeadLetters, "Input records sent to the dead-letter topic.", func(s pipeline.Stats) int64 { return s.DeadLetters }),
+		counter(metricRebuilds, "Times the transactional client was rebuilt after an unknown outcome or a fence.", func(s pipeline.Stats) int64 { return s.Rebuilds }),
+		prometheus.NewGoCollector(),
+		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+func (m *metrics) observe(cp pipeline.Checkpoint) {
+	if !cp.Committed {
+		m.checkpoints.WithLabelValues("aborted").Inc()
+		return
+	}
+	m.checkpoints.WithLabelValues("committed").Inc()
+	if cp.Records > 0 {
+		m.duration.Observe(cp.Duration.Seconds())
+		m.commit.Observe(cp.Commit.Seconds())
+	}
+}
+
+// serve serves /metrics on ln until ctx is done.
+func (m *metrics) serve(ctx context.Context, ln net.Listener, log *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
