@@ -101,6 +101,7 @@ func runRestarts(t *testing.T, plan restartPlan) {
 
 	p := e.startPipeline(cfgPath)
 	input.Wait(t)
+	t.Logf("input all acked after %v", time.Since(start).Round(time.Millisecond))
 	end := e.inputEnd()
 	WaitFor(t, drainBound, "the group's committed offsets to reach the input end", func() (bool, string) {
 		select {
@@ -114,11 +115,14 @@ func runRestarts(t *testing.T, plan restartPlan) {
 		}
 		return offsetsReached(committed, end), fmt.Sprintf("committed %v, input end %v", sorted(committed), sorted(end))
 	})
+	t.Logf("drained after %v", time.Since(start).Round(time.Millisecond))
 	p.Term()
 
+	checkStart := time.Now()
 	r := CheckRun(t, e.seeds, CheckSpec{Input: e.input, Output: e.output, Group: e.group, InputRecords: records})
-	t.Logf("figures: %d records, %d %ss, %v, %d aborted-transaction records seen under read_uncommitted (%d abort, %d commit markers)",
-		records, plan.stops, plan.stopName, time.Since(start).Round(time.Millisecond), r.AbortedRecords, r.AbortMarkers, r.CommitMarkers)
+	t.Logf("figures: %d records, %d %ss, %v (checker %v), %d aborted-transaction records seen under read_uncommitted (%d abort, %d commit markers)",
+		records, plan.stops, plan.stopName, time.Since(start).Round(time.Millisecond), time.Since(checkStart).Round(time.Millisecond),
+		r.AbortedRecords, r.AbortMarkers, r.CommitMarkers)
 }
 
 // offsetsReached reports whether committed offsets are at the end of every

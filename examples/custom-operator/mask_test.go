@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pipeline-run/pipeline/broker"
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A pipeline.Context cannot be made outside the pipeline package (its
+// task is unexported, and Emit needs a running task), so the table test
+// calls apply, which is Process without the Emit, on records built with
+// pipeline.RawValue. TestMaskInARunningPipeline runs Process itself, Emit
+// included, in a pipeline on the embedded broker.
+
+func newTestMask(t *testing.T, fields ...string) *mask {
+	t.Helper()
+	m := &mask{with: defaultMask}
+	for _, f := range fields {
+		m.fields = append(m.fields, f)
+		m.paths = append(m.paths, strings.Split(f, "."))
+	}
+	return m
+}
+
+func TestMask(t *testing.T) {
+	tests := []struct {
+		name    string
+		fields  []string
+		value   string
+		want    string // the bytes written; "" with wantErr
+		wantErr string
+	}{
+		{
+			name:   "a top-level field is replaced",
+			fields: []string{"email"},
+			value:  `{"email":"ada@example.com","n":1}`,
+			want:   `{"email":"***","n":1}`,
+		},
+		{
+			name:   "a nested field is replaced and its siblings kept",
+			fields: []string{"card.number"},
+			value:  `{"card":{"number":"4111111111111111","brand":"visa"},"id":7}`,
+			want:   `{"card":{"brand":"visa","number":"***"},"id":7}`,
+		},
+		{
+			name:   "a field of any type is replaced whole",
+			fields: []string{"address"},
+			value:  `{"address":{"street":"1 Main St"}}`,
+			want:   `{"address":"***"}`,
+		},
+		{
+			name:   "a record with nothing to mask is written byte for byte",
+			fields: []string{"email", "card.number"},
+			value:  `{ "id" : 7,  "card": null }`,
+			want:   `{ "id" : 7,  "card": null }`,
+		},
+		{
+			name:   "a null value passes",
+			fields: []string{"email"},
+			value:  ``,
+			want:   ``,
+		},
+		{
+			name:    "a value that is not an object fails the record",
+			fields:  []string{"email"},
+			value:   `["ada@example.com"]`,
+			wantErr: "mask: the value is a list, not a JSON object",
+		},
+		{
+			name:    "a path through a string fails the record",
+			fields:  []string{"card.number"},
+			value:   `{"card":"4111111111111111"}`,
+			wantErr: "mask card.number: card is a string, not an object",
+		},
+		{
+			name:    "a value that is not JSON fails the record",
+			fields:  []string{"email"},
+			value:   `{"email":`,
+			wantErr: "value: decoding: unexpected EOF",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newTestMask(t, tt.fields...)
+			var raw []byte
+			if tt.value != "" {
+				raw = []byte(tt.value)
+			}
+			r := &pipeline.Record{Value: pipeline.RawValue(raw, pipeline.JSON)}
+			err := m.apply(r)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("apply: got error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("apply: %v", err)
+			}
+			got, err := r.Value.Encode(pipeline.JSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Fatalf("got %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMaskLeavesSharedValuesAlone(t *testing.T) {
+	// Record.Clone shares the decoded value: a split sends the same
+	// object down two branches. Masking one must not change the other.
+	m := newTestMask(t, "card.number")
+	r := &pipeline.Record{Value: pipeline.RawValue([]byte(`{"card":{"number":"4111"}}`), pipeline.JSON)}
+	if _, err := r.Value.Get(); err != nil {
+		t.Fatal(err)
+	}
+	c := r.Clone()
+	if err := m.apply(c); err != nil {
+		t.Fatal(err)
+	}
+	orig, _ := r.Value.Encode(pipeline.JSON)
+	masked, _ := c.Value.Encode(pipeline.JSON)
+	if string(orig) != `{"card":{"number":"4111"}}` || string(masked) != `{"card":{"number":"***"}}` {
+		t.Fatalf("original %s, masked %s", orig, masked)
+	}
+}
+
+func buildWithMask(t *testing.T, yaml string) error {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml), "test.yaml", func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	reg := pipeline.NewRegistry()
+	if err := reg.Register("mask", newMask); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pipeline.Build(cfg, reg)
+	return err
+}
+
+func TestMaskSpecErrorsNameTheYAMLPath(t *testing.T) {
+	const head = "name: t\nbrokers: embedded\nsources: {in: {topics: [in]}}\nsinks: {out: {topic: out}}\nsteps:\n"
+	tests := []struct {
+		name string
+		step string
+		want string // "" for a valid spec; a path absent from the file has no line
+	}{
+		{"fields and a mask string are accepted", `  - mask: {fields: [email, card.number], with: "[hidden]"}`, ""},
+		{"with may be empty", `  - mask: {fields: [email], with: ""}`, ""},
+		{"fields are required", `  - mask: {}`, `steps[0].mask.fields: required: the fields to mask`},
+		{"an unknown key is named", `  - mask: {fields: [email], whith: x}`, `steps[0].mask.whith (line 6): unknown key`},
+		{"a list instead of a map is refused", `  - mask: [email]`, `steps[0].mask (line 6): expected a map, got a list`},
+		{"an empty path segment is refused", `  - mask: {fields: [email, card..number]}`, `steps[0].mask.fields[1] (line 6): "card..number" is not a field path`},
+		{"a field listed twice is refused", `  - mask: {fields: [email, email]}`, `steps[0].mask.fields[1] (line 6): "email" is already listed as fields[0]`},
+		{"a field inside a masked one is refused", `  - mask: {fields: [card.number, card]}`, `steps[0].mask.fields[0] (line 6): "card.number" is inside "card"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := buildWithMask(t, head+tt.step+"\n")
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("build: %v", err)
+				}
+				return
+			}
+			var be pipeline.BuildErrors
+			if !errors.As(err, &be) {
+				t.Fatalf("build: got %v, want BuildErrors", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("build: got\n%v\nwant it to contain\n%s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestMaskInARunningPipeline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a broker and a pipeline")
+	}
+	b, err := broker.Start(broker.Options{Topics: []string{"people", "people-masked", "people-dlq"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeTopics("people-masked", "people-dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in := []string{
+		`{"name":"ada","email":"ada@example.com"}`,
+		`{"name":"bob"}`,
+		`{"name":`, // not JSON: the dead-letter topic
+	}
+	for _, v := range in {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "people", Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cfg, err := config.Parse([]byte(`
+name: people
+brokers: embedded
+instance_id: test-0
+checkpoint: {interval: 100ms}
+consumer: {session_timeout: 6s}
+sources: {in: {topics: [people]}}
+steps: [{mask: {fields: [email]}}]
+sinks: {out: {topic: people-masked}}
+dead_letter: {topic: people-dlq}
+`), "test.yaml", func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := pipeline.NewRegistry()
+	if err := reg.Register("mask", newMask); err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.New(cfg, reg, pipeline.WithSeedBrokers(b.Addrs()...),
+		pipeline.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+
+	got := map[string][]string{}
+	for len(got["people-masked"])+len(got["people-dlq"]) < len(in) && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			got[r.Topic] = append(got[r.Topic], string(r.Value))
+		})
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	want := []string{`{"email":"***","name":"ada"}`, `{"name":"bob"}`}
+	if strings.Join(got["people-masked"], "\n") != strings.Join(want, "\n") {
+		t.Errorf("people-masked: got %q, want %q", got["people-masked"], want)
+	}
+	if len(got["people-dlq"]) != 1 || got["people-dlq"][0] != in[2] {
+		t.Errorf("people-dlq: got %q, want %q", got["people-dlq"], in[2:])
+	}
+}
