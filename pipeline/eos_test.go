@@ -241,7 +241,7 @@ func newPipeline(t *testing.T, k *cluster, body string, reg *Registry, opts ...O
 
 const passThrough = `
 instance_id: i1
-checkpoint: {interval: 100ms, timeout: 10s}
+checkpoint: {interval: 100ms, timeout: 10s, max_records: 2000}
 transactions: {timeout: 20s}
 consumer: {session_timeout: 6s}
 sources: {in: {topics: [in]}}
@@ -303,6 +303,31 @@ func TestInjectedProduceFailuresAbortAndReplay(t *testing.T) {
 	}
 	checkExactlyOnce(t, k.readAll("out"), n, nil)
 	t.Logf("%d produce faults fired, %d checkpoints aborted, %d rebuilds, %d committed", h.Hits(), aborted.Load(), p.Stats().Rebuilds, p.Stats().Committed)
+}
+
+func TestEveryThirdCheckpointAbortedOnPurpose(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 3)
+	const n = 20000
+	k.input("in", n, 100, nil)
+	var fired atomic.Int64
+	p := newPipeline(t, k, passThrough, nil, WithBeforeCommit(func(cp Checkpoint) error {
+		if cp.ID%3 == 0 && cp.Records > 0 {
+			fired.Add(1)
+			return errors.New("injected")
+		}
+		return nil
+	}))
+	runUntilCommitted(t, k, p, "t", "in")
+	st := p.Stats()
+	if fired.Load() == 0 || st.Aborted < fired.Load() {
+		t.Fatalf("%d faults fired, %d checkpoints aborted", fired.Load(), st.Aborted)
+	}
+	if st.Rebuilds != 0 {
+		t.Fatalf("a clean abort rebuilt the client %d times", st.Rebuilds)
+	}
+	checkExactlyOnce(t, k.readAll("out"), n, nil)
+	t.Logf("%d checkpoints aborted on purpose, %d committed", fired.Load(), st.Committed)
 }
 
 func TestLostEndTxnAnswerIsResolvedNotGuessed(t *testing.T) {

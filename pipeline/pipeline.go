@@ -27,6 +27,7 @@ type Pipeline struct {
 	seeds []string
 	extra []kgo.Opt
 	obs   func(Checkpoint)
+	hook  func(Checkpoint) error
 
 	stats counters
 }
@@ -49,6 +50,12 @@ func WithClientOpts(opts ...kgo.Opt) Option {
 // WithCheckpointObserver calls fn after every checkpoint, committed or not,
 // on the coordinator goroutine; fn must return quickly.
 func WithCheckpointObserver(fn func(Checkpoint)) Option { return func(p *Pipeline) { p.obs = fn } }
+
+// WithBeforeCommit calls fn after a checkpoint's barrier and before its
+// commit; an error from fn aborts the checkpoint as a failed produce would,
+// and the records are replayed. It exists to inject faults (tests, chaos
+// drills) on any broker; fn runs on the coordinator goroutine.
+func WithBeforeCommit(fn func(Checkpoint) error) Option { return func(p *Pipeline) { p.hook = fn } }
 
 // New builds the graph of cfg with the operators of reg (nil: the built-in
 // ones). It does not touch the network.
@@ -81,6 +88,10 @@ type Checkpoint struct {
 	Duration  time.Duration // from the first poll to the broker's answer
 	Commit    time.Duration // barrier, flush and commit
 	Ranges    []offsets.Range
+
+	// rebuild says the client's state is unknown: it must be rebuilt
+	// before the next checkpoint.
+	rebuild bool
 }
 
 // Stats are the running totals of a pipeline.
@@ -279,11 +290,15 @@ func (rt *runtime) loop(ctx context.Context) error {
 			// Aborted cleanly (a rebalance): consumption was rewound.
 		default:
 			action := txsink.Classify(cp.Err)
-			if txsink.IsFenced(cp.Err) {
-				fences++
-			}
 			if action == txsink.Exit {
 				return fmt.Errorf("%w: %v", ErrZombie, cp.Err)
+			}
+			if txsink.IsFenced(cp.Err) {
+				fences++
+			} else if !cp.rebuild {
+				// Aborted cleanly and rewound: the client is fine.
+				rt.log.Info("checkpoint aborted; replaying from the committed offsets", "checkpoint", cp.ID, "err", cp.Err)
+				break
 			}
 			if fences >= 3 {
 				return fmt.Errorf("%w (transactional id %s): fenced %d times in a row without committing; another process with instance_id %q is probably running: %v",
@@ -330,6 +345,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		cancel()
 		if err := rt.fetchErr(fetches); err != nil {
 			cp.Err = err
+			cp.rebuild = true
 			break
 		}
 		cp.Records += rt.dispatch(fetches)
@@ -345,9 +361,17 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	cp.Produced, cp.Bytes = rt.sink.Produced()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.Checkpoint.Timeout)
 	defer cancel()
+	if cp.Err == nil && !rt.failed() && rt.p.hook != nil {
+		if err := rt.p.hook(cp); err != nil {
+			cp.Err = fmt.Errorf("checkpoint %d: before commit: %w", cp.ID, err)
+		}
+	}
 	if cp.Err != nil || rt.failed() {
-		if err := rt.sink.Abort(cctx); err != nil && cp.Err == nil {
-			cp.Err = err
+		if err := rt.sink.Abort(cctx); err != nil {
+			cp.rebuild = true
+			if cp.Err == nil {
+				cp.Err = err
+			}
 		}
 		rt.track.Abort()
 		rt.p.stats.aborted.Add(1)
@@ -361,6 +385,8 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	cp.Commit = time.Since(commitStart)
 	cp.Duration = time.Since(start)
 	cp.Err = err
+	var unknown *txsink.UnknownOutcomeError
+	cp.rebuild = errors.As(err, &unknown)
 	if !committed {
 		rt.track.Abort()
 		rt.p.stats.aborted.Add(1)
