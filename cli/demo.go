@@ -193,7 +193,10 @@ func readBack(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topics []st
 	defer cl.PurgeTopicsFromConsuming(topics...)
 	// A partition is done when a record at or past its end arrives; a
 	// transaction marker may be the last offset, so a quiet second also
-	// ends the read.
+	// ends the read, once something was read (a loaded machine can take
+	// a while to answer the first fetch).
+	start := time.Now()
+	got := 0
 	for len(left) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollFetches(pctx)
@@ -201,9 +204,10 @@ func readBack(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topics []st
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("reading outputs back: %w", err)
 		}
-		if fs.NumRecords() == 0 && pctx.Err() != nil {
+		if fs.NumRecords() == 0 && pctx.Err() != nil && (got > 0 || time.Since(start) > 15*time.Second) {
 			break
 		}
+		got += fs.NumRecords()
 		fs.EachRecord(func(r *kgo.Record) {
 			counts[r.Topic]++
 			if len(samples[r.Topic]) < nSamples {

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Lag is one partition's committed position against its end.
@@ -26,6 +27,9 @@ func Describe(ctx context.Context, adm *kadm.Client, group string, topics ...str
 		return nil, fmt.Errorf("listing end offsets: %w", err)
 	}
 	committed, err := adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		committed, err = nil, nil // a group that never committed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fetching offsets of group %q: %w", group, err)
 	}

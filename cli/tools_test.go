@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestOffsetsAndHangingTransactions(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	addr := c.ListenAddrs()[0]
+	cfg := writeFile(t, fmt.Sprintf("name: tools\nbrokers: [%s]\nsources: {in: {topics: [in]}}\nsinks: {out: {topic: out}}\n", addr))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 10 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "in", Partition: int32(i % 2), Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	code, out, errs := runCLI(t, "offsets", "show", "-c", cfg)
+	if code != 0 || !strings.Contains(out, "TOPIC") || strings.Count(out, "\nin ") != 2 {
+		t.Fatalf("offsets show: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "offsets", "reset", "-c", cfg, "--to", "latest")
+	if code != 0 || !strings.Contains(out, "in/0 -> ") {
+		t.Fatalf("offsets reset: exit %d\n%s%s", code, out, errs)
+	}
+	adm := kadm.NewClient(cl)
+	offs, err := adm.FetchOffsets(ctx, "tools")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	offs.Each(func(o kadm.OffsetResponse) { total += o.At })
+	if total != 10 {
+		t.Fatalf("after reset to latest the group has %d committed in total, want 10", total)
+	}
+	if code, _, errs := runCLI(t, "offsets", "reset", "-c", cfg, "--to", "somewhere"); code != 2 {
+		t.Fatalf("a bad --to: exit %d %s", code, errs)
+	}
+
+	// A transaction begun and never ended: what a crashed producer leaves.
+	txn, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID("stuck"), kgo.TransactionTimeout(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Close()
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Topic: "out", Partition: 1, Value: []byte("stuck")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+
+	code, out, errs = runCLI(t, "transactions", "hanging", "-c", cfg, "--older-than", "1ms")
+	if code != 0 || !strings.Contains(out, ": producer ") {
+		t.Fatalf("transactions hanging: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "transactions", "hanging", "-c", cfg, "--older-than", "1ms", "--abort")
+	if code != 0 || !strings.Contains(out, "aborted out/") {
+		t.Fatalf("transactions hanging --abort: exit %d\n%s%s", code, out, errs)
+	}
+	// The abort must unpin the last stable offset: a read_committed reader
+	// reaches the high watermark again.
+	rc, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	stable, err := kadm.NewClient(rc).ListEndOffsets(ctx, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hwm, err := adm.ListEndOffsets(ctx, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stable.Each(func(o kadm.ListedOffset) {
+		if h, _ := hwm.Lookup("out", o.Partition); o.Offset != h.Offset {
+			t.Errorf("out/%d: last stable offset %d, high watermark %d after the abort", o.Partition, o.Offset, h.Offset)
+		}
+	})
+}
