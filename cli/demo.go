@@ -141,7 +141,7 @@ func (d *demoRun) report(ctx context.Context, w io.Writer, cfg *config.Config, s
 	if cfg.DeadLetter.Topic != "" {
 		topics = append(topics, cfg.DeadLetter.Topic)
 	}
-	counts, samples, err := readBack(ctx, d.cl, d.adm, topics, 3)
+	counts, samples, err := readBack(ctx, d.cl, topics, 3)
 	if err != nil {
 		return err
 	}
@@ -164,68 +164,26 @@ func (d *demoRun) report(ctx context.Context, w io.Writer, cfg *config.Config, s
 	return nil
 }
 
-// readBack consumes topics from the start to their read_committed end and
+// readBack reads topics from the start to their read_committed end and
 // returns the count per topic and a few sample values.
-func readBack(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topics []string, nSamples int) (map[string]int, map[string][]string, error) {
-	ends, err := adm.ListEndOffsets(ctx, topics...)
-	if err != nil {
-		return nil, nil, err
-	}
-	want := map[string]map[int32]kgo.Offset{}
-	left := map[string]map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil || o.Offset == 0 {
-			return
-		}
-		if want[o.Topic] == nil {
-			want[o.Topic] = map[int32]kgo.Offset{}
-			left[o.Topic] = map[int32]int64{}
-		}
-		want[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
-		left[o.Topic][o.Partition] = o.Offset
-	})
+func readBack(ctx context.Context, cl *kgo.Client, topics []string, nSamples int) (map[string]int, map[string][]string, error) {
 	counts := map[string]int{}
 	samples := map[string][]string{}
-	if len(want) == 0 {
-		return counts, samples, nil
-	}
-	cl.AddConsumePartitions(want)
-	defer cl.PurgeTopicsFromConsuming(topics...)
-	// A partition is done when a record at or past its end arrives; a
-	// transaction marker may be the last offset, so a quiet second also
-	// ends the read, once something was read (a loaded machine can take
-	// a while to answer the first fetch).
-	start := time.Now()
-	got := 0
-	for len(left) > 0 {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if err := ctx.Err(); err != nil {
-			return nil, nil, fmt.Errorf("reading outputs back: %w", err)
+	for _, t := range topics {
+		recs, err := offsets.ReadToEnd(ctx, cl, t, true)
+		if err != nil {
+			return nil, nil, err
 		}
-		if fs.NumRecords() == 0 && pctx.Err() != nil && (got > 0 || time.Since(start) > 15*time.Second) {
-			break
-		}
-		got += fs.NumRecords()
-		fs.EachRecord(func(r *kgo.Record) {
-			counts[r.Topic]++
-			if len(samples[r.Topic]) < nSamples {
-				s := fmt.Sprintf("key=%s value=%s", r.Key, r.Value)
-				for _, h := range r.Headers {
-					if h.Key == pipeline.HeaderError {
-						s += " error=" + string(h.Value)
-					}
-				}
-				samples[r.Topic] = append(samples[r.Topic], s)
-			}
-			if r.Offset+1 >= left[r.Topic][r.Partition] {
-				delete(left[r.Topic], r.Partition)
-				if len(left[r.Topic]) == 0 {
-					delete(left, r.Topic)
+		counts[t] = len(recs)
+		for _, r := range recs[:min(nSamples, len(recs))] {
+			s := fmt.Sprintf("key=%s value=%s", r.Key, r.Value)
+			for _, h := range r.Headers {
+				if h.Key == pipeline.HeaderError {
+					s += " error=" + string(h.Value)
 				}
 			}
-		})
+			samples[t] = append(samples[t], s)
+		}
 	}
 	return counts, samples, nil
 }

@@ -69,9 +69,12 @@ type brokerProvider struct {
 // not get.
 //
 //  1. external: KAFKA_BOOTSTRAP is set. Someone else runs it; no restarts.
-//  2. kafka-local (to add): KAFKA_LOCAL=1 starts Apache Kafka in KRaft mode
-//     from its published jars with the machine's Java, through
-//     scripts/kafka-local.sh; restartable, same port and log dirs.
+//  2. kafka-local (to add): KAFKA_LOCAL=1 runs Apache Kafka in KRaft mode
+//     from its published jars with the machine's Java through
+//     scripts/kafka-local.sh, whose start (prints the address last), stop,
+//     kill, version and clean commands map onto Broker one to one. Its exit
+//     status 3 (no Java or Maven) must fail the run like any other error:
+//     KAFKA_LOCAL=1 asked for a real broker.
 //  3. testcontainers (to add): a KRaft container where Docker answers.
 //  4. kfake-process: `pipeline broker` (franz-go kfake) as a child process
 //     with a persistent data dir; restartable.

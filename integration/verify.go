@@ -470,7 +470,7 @@ func readTopic(ctx context.Context, cl *kgo.Client, adm *kadm.Client, ts *topicS
 	if mode.committed {
 		opts.IsolationLevel = kgo.ReadCommitted()
 	}
-	decompressor := kgo.DefaultDecompressor()
+	decompressor := newCheckerDecompressor()
 	for {
 		byLeader := make(map[int32][]int32)
 		for _, p := range ts.partitions() {

@@ -324,6 +324,8 @@ func (f *fixture) producer() *kgo.Client {
 		kgo.TransactionTimeout(time.Minute),
 		kgo.DefaultProduceTopic(f.out),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		// The pipeline's default codec, so the checker's lz4 path is read.
+		kgo.ProducerBatchCompression(kgo.Lz4Compression()),
 	)
 	if err != nil {
 		f.t.Fatal(err)

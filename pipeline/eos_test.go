@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -108,42 +109,11 @@ func (k *cluster) waitCommitted(ctx context.Context, group, topic string) error 
 // readAll reads topic with read_committed from the start to its end.
 func (k *cluster) readAll(topic string) []*kgo.Record {
 	k.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ends, err := k.adm.ListEndOffsets(ctx, topic)
+	out, err := offsets.ReadToEnd(ctx, k.cl, topic, true)
 	if err != nil {
-		k.t.Fatal(err)
-	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.addr), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		k.t.Fatal(err)
-	}
-	defer cl.Close()
-	var out []*kgo.Record
-	start := time.Now()
-	for len(left) > 0 {
-		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		pcancel()
-		if ctx.Err() != nil {
-			k.t.Fatalf("reading %s: %v", topic, ctx.Err())
-		}
-		if fs.NumRecords() == 0 && pctx.Err() != nil && time.Since(start) > 3*time.Second {
-			break // only transaction markers are left before the end
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			out = append(out, r)
-			if r.Offset+1 >= left[r.Partition] {
-				delete(left, r.Partition)
-			}
-		})
+		k.t.Fatalf("reading %s: %v", topic, err)
 	}
 	return out
 }

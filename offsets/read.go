@@ -1,0 +1,147 @@
+package offsets
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// ReadToEnd reads every partition of topic from its start to the end it has
+// now: the last stable offset when committed is true (read_committed), the
+// high watermark otherwise. It returns the data records in offset order per
+// partition.
+//
+// It sends Fetch requests itself rather than running a consumer, because it
+// must know when a partition is read: the last offsets before a
+// read_committed end are often transaction markers or aborted records that a
+// consumer never hands back, so waiting for the last record could wait
+// forever. kgo.ProcessFetchPartition says where the next fetch starts
+// whether or not it kept the records it passed over.
+func ReadToEnd(ctx context.Context, cl *kgo.Client, topic string, committed bool) ([]*kgo.Record, error) {
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("listing start offsets of %s: %w", topic, err)
+	}
+	var ends kadm.ListedOffsets
+	if committed {
+		ends, err = adm.ListCommittedOffsets(ctx, topic)
+	} else {
+		ends, err = adm.ListEndOffsets(ctx, topic)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing end offsets of %s: %w", topic, err)
+	}
+	next, to := map[int32]int64{}, map[int32]int64{}
+	var errs []error
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			errs = append(errs, o.Err)
+			return
+		}
+		s, _ := starts.Lookup(topic, o.Partition)
+		next[o.Partition], to[o.Partition] = s.Offset, o.Offset
+	})
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("listing offsets of %s: %v", topic, errs)
+	}
+
+	opts := kgo.ProcessFetchPartitionOpts{Topic: topic, IsolationLevel: kgo.ReadUncommitted()}
+	var isolation int8
+	if committed {
+		opts.IsolationLevel, isolation = kgo.ReadCommitted(), 1
+	}
+	dec := kgo.DefaultDecompressor()
+	out := map[int32][]*kgo.Record{}
+	for {
+		details, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
+		d, ok := details[topic]
+		if !ok || d.Err != nil {
+			return nil, fmt.Errorf("describing %s: %v", topic, d.Err)
+		}
+		byLeader := map[int32][]int32{}
+		for p, pd := range d.Partitions {
+			if next[p] < to[p] {
+				byLeader[pd.Leader] = append(byLeader[pd.Leader], p)
+			}
+		}
+		if len(byLeader) == 0 {
+			break
+		}
+		retry := false
+		for leader, ps := range byLeader {
+			req := kmsg.NewPtrFetchRequest()
+			req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.IsolationLevel = 500, 1, 32<<20, isolation
+			rt := kmsg.NewFetchRequestTopic()
+			rt.Topic, rt.TopicID = topic, d.ID
+			for _, p := range ps {
+				rp := kmsg.NewFetchRequestTopicPartition()
+				rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, next[p], 8<<20
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			req.Topics = append(req.Topics, rt)
+			kresp, err := cl.Broker(int(leader)).Request(ctx, req)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				retry = true
+				continue
+			}
+			resp := kresp.(*kmsg.FetchResponse)
+			if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+				return nil, fmt.Errorf("fetching %s: %w", topic, err)
+			}
+			for i := range resp.Topics {
+				for j := range resp.Topics[i].Partitions {
+					rp := &resp.Topics[i].Partitions[j]
+					p := rp.Partition
+					if _, ok := to[p]; !ok {
+						continue
+					}
+					opts.Partition, opts.Offset = p, next[p]
+					fp, nextOffset := kgo.ProcessFetchPartition(opts, rp, dec, nil)
+					if fp.Err != nil {
+						if kerr.IsRetriable(fp.Err) {
+							retry = true
+							continue
+						}
+						return nil, fmt.Errorf("fetching %s/%d at %d: %w", topic, p, next[p], fp.Err)
+					}
+					for _, r := range fp.Records {
+						if r.Offset < to[p] {
+							out[p] = append(out[p], r)
+						}
+					}
+					next[p] = max(next[p], nextOffset)
+				}
+			}
+		}
+		if retry {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	parts := make([]int32, 0, len(to))
+	for p := range to {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	var all []*kgo.Record
+	for _, p := range parts {
+		all = append(all, out[p]...)
+	}
+	return all, nil
+}
