@@ -189,7 +189,7 @@ func (e *env) transactions(ctx context.Context, args []string) error {
 		return nil
 	}
 	for _, h := range hanging {
-		fmt.Fprintf(e.stdout, "%s/%d: producer %d epoch %d open since offset %d for %s\n", h.Topic, h.Partition, h.ProducerID, h.Epoch, h.StartOffset, h.OpenFor.Round(time.Second))
+		fmt.Fprintf(e.stdout, "%s/%d: producer %d epoch %d open since offset %d, last write %s ago: %s\n", h.Topic, h.Partition, h.ProducerID, h.Epoch, h.StartOffset, h.OpenFor.Round(time.Second), h.Reason)
 	}
 	if !*abort {
 		return nil

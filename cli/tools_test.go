@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func TestOffsetsAndHangingTransactions(t *testing.T) {
@@ -70,8 +71,27 @@ func TestOffsetsAndHangingTransactions(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond)
 
+	// While its coordinator has it as ongoing, the transaction is live,
+	// however old its last write: aborting it would lose data.
 	code, out, errs = runCLI(t, "transactions", "hanging", "-c", cfg, "--older-than", "1ms")
-	if code != 0 || !strings.Contains(out, ": producer ") {
+	if code != 0 || !strings.Contains(out, "no transaction open") {
+		t.Fatalf("a live transaction was reported as hanging: exit %d\n%s%s", code, out, errs)
+	}
+	// Now the coordinator forgets it, as after the bugs that leave
+	// transactions hanging: it answers that the transaction is over.
+	pid := pidOf(t, ctx, adm)
+	c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := req.(*kmsg.DescribeTransactionsRequest).ResponseKind().(*kmsg.DescribeTransactionsResponse)
+		for _, id := range req.(*kmsg.DescribeTransactionsRequest).TransactionalIDs {
+			st := kmsg.NewDescribeTransactionsResponseTransactionState()
+			st.TransactionalID, st.State, st.ProducerID = id, "CompleteAbort", pid
+			resp.TransactionStates = append(resp.TransactionStates, st)
+		}
+		return resp, nil, true
+	})
+	code, out, errs = runCLI(t, "transactions", "hanging", "-c", cfg, "--older-than", "1ms")
+	if code != 0 || !strings.Contains(out, ": producer ") || !strings.Contains(out, "the coordinator has the transaction as CompleteAbort") {
 		t.Fatalf("transactions hanging: exit %d\n%s%s", code, out, errs)
 	}
 	code, out, errs = runCLI(t, "transactions", "hanging", "-c", cfg, "--older-than", "1ms", "--abort")
@@ -98,4 +118,20 @@ func TestOffsetsAndHangingTransactions(t *testing.T) {
 			t.Errorf("out/%d: last stable offset %d, high watermark %d after the abort", o.Partition, o.Offset, h.Offset)
 		}
 	})
+}
+
+// pidOf returns the producer id of the one open transaction on out.
+func pidOf(t *testing.T, ctx context.Context, adm *kadm.Client) int64 {
+	d, err := adm.DescribeProducers(ctx, kadm.TopicsSet{"out": {0: {}, 1: {}}})
+	if err != nil {
+		t.Error(err)
+		return -1
+	}
+	var pid int64 = -1
+	d.EachProducer(func(p kadm.DescribedProducer) {
+		if p.CurrentTxnStartOffset >= 0 {
+			pid = p.ProducerID
+		}
+	})
+	return pid
 }

@@ -485,3 +485,72 @@ func TestStartupChecks(t *testing.T) {
 		}
 	})
 }
+
+func TestOversizedOutputsGoToTheDeadLetterTopic(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Records 3 and 7 carry a pad too large for producer.batch_max_bytes.
+	var rs []*kgo.Record
+	for i := range 10 {
+		pad := ""
+		if i == 3 || i == 7 {
+			pad = strings.Repeat("x", 3000)
+		}
+		rs = append(rs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: fmt.Appendf(nil, `{"k":"k","seq":%d,"pad":%q}`, i, pad)})
+	}
+	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Replace(passThrough, `steps: [{map: "{k: value.k, seq: value.seq}"}]`, `steps: [{map: "{k: value.k, seq: value.seq, pad: value.pad}"}]`, 1)
+	body += "producer: {batch_max_bytes: 2048}\n"
+	p := newPipeline(t, k, body, nil)
+	runUntilCommitted(t, k, p, "t", "in")
+	checkExactlyOnce(t, k.readAll("out"), 10, map[int]bool{3: true, 7: true})
+	dlq := k.readAll("dlq")
+	if len(dlq) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(dlq))
+	}
+	for _, r := range dlq {
+		if _, ok := headerOf(r, HeaderTruncated); !ok {
+			t.Errorf("dead letter at %s/%d@%d was not cut to fit and not marked", r.Topic, r.Partition, r.Offset)
+		}
+		if e, _ := headerOf(r, HeaderError); !strings.Contains(e, "larger than producer.batch_max_bytes") {
+			t.Errorf("dead letter error %q", e)
+		}
+	}
+	if p.Stats().Aborted != 0 {
+		t.Fatalf("%d checkpoints aborted; the oversized records should never reach the broker", p.Stats().Aborted)
+	}
+}
+
+func headerOf(r *kgo.Record, k string) (string, bool) {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+func TestRecordsTheBrokerAlwaysRefusesStopThePipeline(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 1)
+	k.input("in", 100, 10, nil)
+	h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: -1})
+	defer h.Remove()
+	p := newPipeline(t, k, passThrough, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := p.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "refused this checkpoint's records 10 times in a row") || !errors.Is(err, kerr.InvalidRecord) {
+		t.Fatalf("got %v", err)
+	}
+	if h.Hits() < maxRefusedInARow {
+		t.Fatalf("the fault fired %d times", h.Hits())
+	}
+	if got := k.readAll("out"); len(got) != 0 {
+		t.Fatalf("%d records visible", len(got))
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/txsink"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -252,6 +253,20 @@ func (rt *runtime) recordFailed(e *RecordError, r *Record) {
 		kgo.RecordHeader{Key: HeaderPartition, Value: fmt.Appendf(nil, "%d", o.Partition)},
 		kgo.RecordHeader{Key: HeaderOffset, Value: fmt.Appendf(nil, "%d", o.Offset)},
 	)
+	// The input fitted the broker, but not necessarily this producer's
+	// batch limit with the error headers added: cut the value rather than
+	// fail the transaction over and over.
+	if limit := int(rt.cfg.Producer.BatchMaxBytes); limit > 0 {
+		size := len(kr.Key) + len(kr.Value) + recordOverhead
+		for _, h := range kr.Headers {
+			size += len(h.Key) + len(h.Value) + 8
+		}
+		if size > limit {
+			orig := len(kr.Value)
+			kr.Value = kr.Value[:max(0, len(kr.Value)-(size-limit)-64)]
+			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: HeaderTruncated, Value: fmt.Appendf(nil, "%d", orig)})
+		}
+	}
 	rt.Produce(kr)
 	rt.p.stats.dead.Add(1)
 	// At most one line a second, with how many went unlogged.
@@ -270,11 +285,14 @@ const (
 	HeaderTopic     = "pipeline.source.topic"
 	HeaderPartition = "pipeline.source.partition"
 	HeaderOffset    = "pipeline.source.offset"
+	// HeaderTruncated is set, to the original length, on a dead letter
+	// whose value was cut to fit producer.batch_max_bytes.
+	HeaderTruncated = "pipeline.truncated"
 )
 
 // loop runs checkpoints until ctx is done or something fatal happens.
 func (rt *runtime) loop(ctx context.Context) error {
-	fences := 0
+	fences, refused := 0, 0
 	for {
 		cp := rt.checkpoint(ctx)
 		if rt.p.obs != nil {
@@ -282,6 +300,14 @@ func (rt *runtime) loop(ctx context.Context) error {
 		}
 		if fatal := rt.fatalErr(); fatal != nil {
 			return fatal
+		}
+		if refusedByBroker(cp.Err) {
+			refused++
+			if refused >= maxRefusedInARow {
+				return fmt.Errorf("the broker refused this checkpoint's records %d times in a row; replaying cannot help: %w", refused, cp.Err)
+			}
+		} else if cp.Committed {
+			refused = 0
 		}
 		switch {
 		case cp.Committed:
@@ -316,6 +342,21 @@ func (rt *runtime) loop(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// maxRefusedInARow is how many checkpoints in a row may fail on records the
+// broker refuses (not transient trouble) before the pipeline stops, rather
+// than replay the same failure for ever.
+const maxRefusedInARow = 10
+
+// refusedByBroker reports whether err is a produce error no retry fixes.
+func refusedByBroker(err error) bool {
+	var pe *txsink.ProduceError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	var ke *kerr.Error
+	return errors.As(pe.Err, &ke) && !ke.Retriable
 }
 
 func (rt *runtime) rebuild(ctx context.Context) error {

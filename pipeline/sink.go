@@ -16,11 +16,17 @@ type sinkDef struct {
 	key, value             *Expr
 	headers                []headerExpr
 	keyFormat, valueFormat Format
+	maxBytes               int // largest record the producer accepts
 }
 
-func buildSink(sk *config.Sink, line func(string) int, errs *BuildErrors) *sinkDef {
+// recordOverhead is a generous bound on what a record adds to its key,
+// value and headers in a batch (lengths, attributes, offset and timestamp
+// deltas).
+const recordOverhead = 64
+
+func buildSink(sk *config.Sink, maxBytes int32, line func(string) int, errs *BuildErrors) *sinkDef {
 	spec := &Spec{Name: sk.Name, Kind: "sink", Path: sk.Path, line: line, errs: errs}
-	d := &sinkDef{name: sk.Name, path: sk.Path, topic: sk.Topic, partitions: sk.Partitions}
+	d := &sinkDef{name: sk.Name, path: sk.Path, topic: sk.Topic, partitions: sk.Partitions, maxBytes: int(maxBytes)}
 	var err error
 	if d.valueFormat, err = ParseFormat(sk.Format); err != nil {
 		spec.Errorf(".format", "%v", err)
@@ -76,6 +82,7 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 		return fmt.Errorf("value: %w", err)
 	}
 	kr := &kgo.Record{Topic: s.def.topic, Key: key, Value: value, Timestamp: r.Timestamp}
+	size := len(key) + len(value) + recordOverhead
 	if n := len(r.Headers) + len(s.def.headers); n > 0 {
 		kr.Headers = make([]kgo.RecordHeader, 0, n)
 		for _, h := range r.Headers {
@@ -92,6 +99,15 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 			}
 			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.name, Value: b})
 		}
+		for _, h := range kr.Headers {
+			size += len(h.Key) + len(h.Value) + 8
+		}
+	}
+	// A record the broker would refuse fails its transaction, and every
+	// replay of it, for ever: refuse it here, where it can still go to
+	// the dead-letter topic.
+	if s.def.maxBytes > 0 && size > s.def.maxBytes {
+		return fmt.Errorf("output record of about %d bytes for %s is larger than producer.batch_max_bytes (%d)", size, s.def.topic, s.def.maxBytes)
 	}
 	s.prod.Produce(kr)
 	return nil
