@@ -29,14 +29,14 @@ func TestMain(m *testing.M) {
 
 // cluster is an in-process embedded broker for one test.
 type cluster struct {
-	t    *testing.T
+	t    testing.TB
 	c    *kfake.Cluster
 	adm  *kadm.Client
 	cl   *kgo.Client
 	addr string
 }
 
-func newCluster(t *testing.T, opts ...kfake.Opt) *cluster {
+func newCluster(t testing.TB, opts ...kfake.Opt) *cluster {
 	t.Helper()
 	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
 	if err != nil {

@@ -1,10 +1,8 @@
 package pipeline
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -229,39 +227,3 @@ func (r *Record) SetHeader(k string, v []byte) {
 
 // Origin returns the input record this one derives from, as it was read.
 func (r *Record) Origin() *kgo.Record { return r.origin }
-
-// decodeJSON decodes b into plain Go values. Whole numbers become int, so
-// that expressions such as `value.n % 2` work as users expect; others
-// become float64.
-func decodeJSON(b []byte) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var x any
-	if err := d.Decode(&x); err != nil {
-		return nil, err
-	}
-	if d.More() {
-		return nil, fmt.Errorf("unexpected data after the JSON value at byte %d", d.InputOffset())
-	}
-	return numbers(x), nil
-}
-
-func numbers(x any) any {
-	switch t := x.(type) {
-	case json.Number:
-		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
-			return int(i)
-		}
-		f, _ := t.Float64()
-		return f
-	case map[string]any:
-		for k, v := range t {
-			t[k] = numbers(v)
-		}
-	case []any:
-		for i, v := range t {
-			t[i] = numbers(v)
-		}
-	}
-	return x
-}

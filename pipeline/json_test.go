@@ -1,0 +1,117 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// referenceJSON is what decodeJSON must agree with: encoding/json, with
+// whole numbers as int.
+func referenceJSON(b []byte) (any, error) {
+	if !json.Valid(b) {
+		return nil, errors.New("invalid")
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var x any
+	if err := d.Decode(&x); err != nil {
+		return nil, err
+	}
+	return refNumbers(x), nil
+}
+
+func refNumbers(x any) any {
+	switch t := x.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil && !strings.ContainsAny(string(t), ".eE") {
+			return int(i)
+		}
+		f, _ := t.Float64()
+		return f
+	case map[string]any:
+		for k, v := range t {
+			t[k] = refNumbers(v)
+		}
+	case []any:
+		for i, v := range t {
+			t[i] = refNumbers(v)
+		}
+	}
+	return x
+}
+
+var jsonCases = []string{
+	`{"a":1,"b":[1,2.5,-3,1e3,-0,0.0],"c":{"d":null,"e":true,"f":false},"g":"x\"y\\z\/\b\f\n\r\t\u00e9\ud83d\ude00"}`,
+	`  [ ]  `, `{}`, `"plain"`, `12345678901234567890`, `-9223372036854775808`, `9223372036854775807`,
+	`"\ud83d"`, `"\ud83dx"`, `"\udc00\ud83d\ude00"`, "\"\xff\xfeok\"", `1.5e-7`, `0`, `-1`,
+	// invalid
+	`{"a":1,}`, `[1,]`, `{"a"}`, `{"a":}`, `01`, `1.`, `.5`, `-`, `+1`, `1e`, `"abc`, `"\x"`, `"\u12"`, "\"a\x01\"",
+	`tru`, `nul`, `[1 2]`, `{"a":1 "b":2}`, `1 2`, ``, `   `, `{1:2}`, `[`, `{`, `"\`,
+}
+
+func TestDecodeJSONAgreesWithEncodingJSON(t *testing.T) {
+	for _, c := range jsonCases {
+		checkJSON(t, []byte(c))
+	}
+}
+
+func FuzzDecodeJSON(f *testing.F) {
+	for _, c := range jsonCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkJSON(t, b) })
+}
+
+func checkJSON(t *testing.T, b []byte) {
+	t.Helper()
+	got, gerr := decodeJSON(b)
+	want, werr := referenceJSON(b)
+	if (gerr == nil) != (werr == nil) {
+		if werr == nil && gerr != nil && strings.Contains(gerr.Error(), "out of range") {
+			return // encoding/json makes such numbers ±Inf; we refuse them
+		}
+		t.Fatalf("%q: error %v, encoding/json says %v", b, gerr, werr)
+	}
+	if gerr == nil && !reflect.DeepEqual(got, want) && !nanEqual(got, want) {
+		t.Fatalf("%q:\n got %#v\nwant %#v", b, got, want)
+	}
+}
+
+func nanEqual(a, b any) bool {
+	fa, ok1 := a.(float64)
+	fb, ok2 := b.(float64)
+	return ok1 && ok2 && math.IsNaN(fa) && math.IsNaN(fb)
+}
+
+func TestDecodeJSONRefusesDeepNesting(t *testing.T) {
+	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
+	if _, err := decodeJSON([]byte(deep)); err == nil || !strings.Contains(err.Error(), "nested deeper") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func BenchmarkDecodeJSON(b *testing.B) {
+	doc := []byte(`{"sensor":"sensor-07","temperature":23.51,"ts":1795955790878,"seq":12345,"tags":["a","b"],"loc":{"lat":52.1,"lon":4.3}}`)
+	b.Run("ours", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeJSON(doc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := referenceJSON(doc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
