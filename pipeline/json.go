@@ -1,7 +1,10 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -317,4 +320,139 @@ func (d *jsonDecoder) number() (any, error) {
 		return nil, d.errorf("number %s out of range", s)
 	}
 	return f, nil
+}
+
+// appendJSON appends the JSON encoding of x to buf. It handles the plain
+// values decodeJSON and expressions produce (maps with string keys, lists,
+// strings, numbers, bools, nil) itself, byte for byte as encoding/json would
+// (sorted keys, the same escaping and number formats), and hands anything
+// else to encoding/json.
+func appendJSON(buf []byte, x any) ([]byte, error) {
+	switch t := x.(type) {
+	case nil:
+		return append(buf, "null"...), nil
+	case bool:
+		return strconv.AppendBool(buf, t), nil
+	case string:
+		return appendJSONString(buf, t), nil
+	case int:
+		return strconv.AppendInt(buf, int64(t), 10), nil
+	case int64:
+		return strconv.AppendInt(buf, t, 10), nil
+	case float64:
+		return appendJSONFloat(buf, t)
+	case []any:
+		buf = append(buf, '[')
+		for i, v := range t {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			var err error
+			if buf, err = appendJSON(buf, v); err != nil {
+				return nil, err
+			}
+		}
+		return append(buf, ']'), nil
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		buf = append(buf, '{')
+		for i, k := range keys {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendJSONString(buf, k)
+			buf = append(buf, ':')
+			var err error
+			if buf, err = appendJSON(buf, t[k]); err != nil {
+				return nil, err
+			}
+		}
+		return append(buf, '}'), nil
+	}
+	b, err := json.Marshal(x)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, b...), nil
+}
+
+func appendJSONFloat(buf []byte, f float64) ([]byte, error) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return nil, fmt.Errorf("unsupported value: %v", f)
+	}
+	// As encoding/json: 'f' format, or 'e' for very small and large
+	// magnitudes, with the exponent's leading zero cut ("1e-07" -> "1e-7").
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	buf = strconv.AppendFloat(buf, f, format, -1, 64)
+	if format == 'e' {
+		n := len(buf)
+		if n >= 4 && buf[n-4] == 'e' && buf[n-3] == '-' && buf[n-2] == '0' {
+			buf[n-2] = buf[n-1]
+			buf = buf[:n-1]
+		}
+	}
+	return buf, nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s as encoding/json does, HTML-safe escapes
+// included.
+func appendJSONString(buf []byte, s string) []byte {
+	buf = append(buf, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			buf = append(buf, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				buf = append(buf, '\\', c)
+			case '\n':
+				buf = append(buf, '\\', 'n')
+			case '\r':
+				buf = append(buf, '\\', 'r')
+			case '\t':
+				buf = append(buf, '\\', 't')
+			case '\b':
+				buf = append(buf, '\\', 'b')
+			case '\f':
+				buf = append(buf, '\\', 'f')
+			default:
+				buf = append(buf, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	buf = append(buf, s[start:]...)
+	return append(buf, '"')
 }

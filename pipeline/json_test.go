@@ -115,3 +115,57 @@ func BenchmarkDecodeJSON(b *testing.B) {
 		}
 	})
 }
+
+func TestAppendJSONAgreesWithEncodingJSON(t *testing.T) {
+	for _, c := range jsonCases {
+		checkEncode(t, []byte(c))
+	}
+	for _, x := range []any{1e21, 1e-7, 123456789.0, -0.0, 0.1, "<a&b>\u2028\u2029\x7f", map[string]any{"b": 1, "a": []any{nil, true}}, int64(5)} {
+		want, _ := json.Marshal(x)
+		got, err := appendJSON(nil, x)
+		if err != nil || string(got) != string(want) {
+			t.Errorf("%#v: got %s (%v), want %s", x, got, err, want)
+		}
+	}
+}
+
+func FuzzAppendJSON(f *testing.F) {
+	for _, c := range jsonCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkEncode(t, b) })
+}
+
+// checkEncode decodes b and encodes it back both ways: the bytes must match.
+func checkEncode(t *testing.T, b []byte) {
+	t.Helper()
+	x, err := decodeJSON(b)
+	if err != nil {
+		return
+	}
+	want, werr := json.Marshal(x)
+	got, gerr := appendJSON(nil, x)
+	if (werr == nil) != (gerr == nil) || string(got) != string(want) {
+		t.Fatalf("%q: got %s (%v), encoding/json %s (%v)", b, got, gerr, want, werr)
+	}
+}
+
+func BenchmarkEncodeJSON(b *testing.B) {
+	x, _ := decodeJSON([]byte(`{"sensor":"sensor-07","temperature":23.51,"ts":1795955790878,"seq":12345,"tags":["a","b"],"loc":{"lat":52.1,"lon":4.3}}`))
+	b.Run("ours", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := appendJSON(nil, x); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(x); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

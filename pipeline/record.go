@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -154,7 +153,7 @@ func encode(x any, f Format) ([]byte, error) {
 			// Already encoded (for example by a custom operator).
 			return b, nil
 		}
-		b, err := json.Marshal(x)
+		b, err := appendJSON(nil, x)
 		if err != nil {
 			return nil, fmt.Errorf("encoding JSON: %w", err)
 		}
