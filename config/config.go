@@ -33,6 +33,7 @@ type Config struct {
 	DeadLetter   DeadLetter // `dead_letter`
 	Log          Log
 	Metrics      Metrics
+	Audit        Audit
 	Demo         Demo // the built-in demo feeder; the zero value when absent
 
 	lines    map[string]int    // YAML path -> line, from the parsed file
@@ -154,6 +155,13 @@ type DeadLetter struct {
 type Log struct {
 	Level  string // debug, info (default), warn or error
 	Format string // text (default) or json
+}
+
+// Audit configures the progress records `pipeline audit` checks: every
+// checkpoint writes one, inside its own transaction, to Topic.
+type Audit struct {
+	Enabled bool   // default true
+	Topic   string // default "<name>-progress"
 }
 
 // Metrics configures the Prometheus endpoint.

@@ -112,6 +112,9 @@ func (c *Config) setDefaults(demo bool) {
 	if c.Transactions.IDPrefix == "" {
 		c.Transactions.IDPrefix = c.Name
 	}
+	if c.Audit.Topic == "" && c.Name != "" {
+		c.Audit.Topic = c.Name + "-progress"
+	}
 	if c.TLS.CAFile != "" || c.TLS.CertFile != "" || c.TLS.KeyFile != "" {
 		c.TLS.Enabled = true
 	}

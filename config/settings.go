@@ -73,6 +73,9 @@ func (c *Config) settings() []setting {
 
 		{"metrics.listen", &c.Metrics.Listen, nil},
 
+		{"audit.enabled", &c.Audit.Enabled, true},
+		{"audit.topic", &c.Audit.Topic, nil}, // default: name + "-progress"
+
 		{"demo.topic", &c.Demo.Topic, nil},
 		{"demo.rate", &c.Demo.Rate, 1000},
 		{"demo.records", &c.Demo.Records, 10000},

@@ -411,6 +411,16 @@ func (k *checker) outputs() {
 		}
 	}
 
+	if t := c.Audit.Topic; c.Audit.Enabled && t != "" && k.topic("audit.topic", t) {
+		loop("audit.topic", t)
+		if sink, ok := sinkTopics[t]; ok {
+			k.errorf("audit.topic", "topic %q is also written by %s: progress records would mix with its output", t, sink)
+		}
+		if t == c.DeadLetter.Topic {
+			k.errorf("audit.topic", "topic %q is also the dead-letter topic", t)
+		}
+	}
+
 	for _, ref := range c.clusters {
 		if !sameBrokers(ref.brokers, c.Brokers) {
 			k.errorf(ref.path, "a Kafka transaction cannot span clusters; sources, sinks and the dead-letter topic must use the top-level brokers")

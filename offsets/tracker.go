@@ -56,21 +56,33 @@ func (t *Tracker) Observe(topic string, partition int32, first, last int64) {
 	t.open[k] = &Range{Topic: topic, Partition: partition, First: first, Last: last}
 }
 
+// Open returns the open checkpoint's ranges, sorted.
+func (t *Tracker) Open() []Range {
+	out := make([]Range, 0, len(t.open))
+	for _, r := range t.open {
+		out = append(out, *r)
+	}
+	sortRanges(out)
+	return out
+}
+
 // Commit closes the checkpoint as committed and returns its ranges, sorted.
 func (t *Tracker) Commit() []Range {
-	out := make([]Range, 0, len(t.open))
+	out := t.Open()
 	for k, r := range t.open {
-		out = append(out, *r)
 		t.committed[k] = r.Next()
 	}
 	clear(t.open)
+	return out
+}
+
+func sortRanges(out []Range) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Topic != out[j].Topic {
 			return out[i].Topic < out[j].Topic
 		}
 		return out[i].Partition < out[j].Partition
 	})
-	return out
 }
 
 // Abort drops the open checkpoint's ranges: they will be consumed again.

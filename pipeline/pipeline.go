@@ -5,6 +5,8 @@ package pipeline
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -156,6 +158,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		parts:  map[TaskID]map[string]bool{},
 		stages: make([]*stage, len(p.g.nodes)),
 		track:  offsets.NewTracker(),
+		runID:  newRunID(),
 	}
 	// Produces must not fail because shutdown began: the last checkpoint
 	// still commits what it read.
@@ -201,6 +204,7 @@ type runtime struct {
 	stages  []*stage          // by node index
 	track   *offsets.Tracker
 	nextID  CheckpointID
+	runID   string
 
 	// mu guards tasks and parts, and every send to a task's queue, so a
 	// revoked task is never sent work after it stopped.
@@ -344,6 +348,12 @@ func (rt *runtime) loop(ctx context.Context) error {
 	}
 }
 
+func newRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // maxRefusedInARow is how many checkpoints in a row may fail on records the
 // broker refuses (not transient trouble) before the pipeline stops, rather
 // than replay the same failure for ever.
@@ -402,6 +412,16 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	cp.Produced, cp.Bytes = rt.sink.Produced()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.Checkpoint.Timeout)
 	defer cancel()
+	if cp.Err == nil && !rt.failed() && rt.cfg.Audit.Enabled && (cp.Records > 0 || cp.Produced > 0) {
+		// The progress record needs the per-partition counts, known only
+		// once every output is acknowledged.
+		acks, err := rt.sink.Flush(cctx)
+		if err != nil {
+			cp.Err, cp.rebuild = fmt.Errorf("checkpoint %d: flushing: %w", cp.ID, err), true
+		} else if rt.sink.Err() == nil {
+			rt.produce(rt.progressRecord(cp.ID, acks))
+		}
+	}
 	if cp.Err == nil && !rt.failed() && rt.p.hook != nil {
 		if err := rt.p.hook(cp); err != nil {
 			cp.Err = fmt.Errorf("checkpoint %d: before commit: %w", cp.ID, err)

@@ -88,6 +88,12 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 			errs = append(errs, err)
 		}
 	}
+	if cfg.Audit.Enabled && cfg.Audit.Topic != "" && !seen[cfg.Audit.Topic] {
+		// One partition: the records of every instance in commit order.
+		if err := ensureTopic(ctx, adm, cfg, cfg.Audit.Topic, 1, true, "audit.topic", log); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -39,6 +40,7 @@ type Sink struct {
 
 	mu       sync.Mutex
 	firstErr *ProduceError
+	acks     map[TopicPartition]int64 // records acknowledged in the open transaction
 
 	pending  sync.WaitGroup // produces not yet acknowledged
 	produced atomic.Int64   // records produced in this transaction
@@ -87,6 +89,7 @@ func (s *Sink) AllowRebalance() { s.sess.Load().AllowRebalance() }
 func (s *Sink) Begin() error {
 	s.mu.Lock()
 	s.firstErr = nil
+	s.acks = map[TopicPartition]int64{}
 	s.mu.Unlock()
 	s.produced.Store(0)
 	s.bytes.Store(0)
@@ -104,14 +107,35 @@ func (s *Sink) Produce(ctx context.Context, r *kgo.Record) {
 }
 
 func (s *Sink) acked(r *kgo.Record, err error) {
+	s.mu.Lock()
 	if err != nil {
-		s.mu.Lock()
 		if s.firstErr == nil {
 			s.firstErr = &ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err}
 		}
-		s.mu.Unlock()
+	} else {
+		s.acks[TopicPartition{r.Topic, r.Partition}]++
 	}
+	s.mu.Unlock()
 	s.pending.Done()
+}
+
+// TopicPartition names a partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Flush waits until every record produced so far is acknowledged (or
+// failed), and returns how many each partition acknowledged in the open
+// transaction.
+func (s *Sink) Flush(ctx context.Context) (map[TopicPartition]int64, error) {
+	if err := s.sess.Load().Client().Flush(ctx); err != nil {
+		return nil, err
+	}
+	s.pending.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.acks), nil
 }
 
 // Produced returns the records and bytes produced in the open transaction.
