@@ -63,6 +63,8 @@ Usage:
                                    move the group's offsets (pipeline stopped)
   pipeline transactions hanging -c FILE [--abort]
                                    list (and abort) transactions left open on outputs
+  pipeline audit -c FILE           check the pipeline's history against its topics
+                                   (exit 0 only when every check holds)
   pipeline version                 print the version
 
 Exit status: 0 ok, 1 runtime failure, 2 bad usage or configuration.
@@ -121,6 +123,8 @@ func (e *env) dispatch(ctx context.Context, args []string) error {
 		return e.offsets(ctx, rest)
 	case "transactions":
 		return e.transactions(ctx, rest)
+	case "audit":
+		return e.audit(ctx, rest)
 	case "version", "--version", "-version":
 		fmt.Fprintln(e.stdout, "pipeline", Version)
 		return nil
