@@ -1,0 +1,168 @@
+package state
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestRestoreRefusesCorruptRecords(t *testing.T) {
+	good := ChangelogRecord{Key: appendGroup(nil, statePrefix("v"), []byte("k"), subNone), Value: appendHeader(nil, 0), Offset: 10}
+	cases := []struct {
+		name string
+		rec  ChangelogRecord
+	}{
+		{"an empty key", ChangelogRecord{Key: []byte{}, Value: good.Value}},
+		{"a key of an unknown type", ChangelogRecord{Key: []byte("\x07garbage"), Value: good.Value}},
+		{"a key whose state name runs past its end", ChangelogRecord{Key: []byte("\x01\x09v"), Value: good.Value}},
+		{"a key whose user key runs past its end", ChangelogRecord{Key: []byte("\x01\x01v\x05k"), Value: good.Value}},
+		{"a key without its map-key flag", ChangelogRecord{Key: []byte("\x01\x01v\x01k"), Value: good.Value}},
+		{"a key with an unknown map-key flag", ChangelogRecord{Key: []byte("\x01\x01v\x01k\x07"), Value: good.Value}},
+		{"a key with trailing bytes", ChangelogRecord{Key: []byte("\x01\x01v\x01k\x00junk"), Value: good.Value}},
+		{"an unknown metadata record", ChangelogRecord{Key: []byte("\x00color"), Value: []byte("blue")}},
+		{"an empty value", ChangelogRecord{Key: good.Key, Value: []byte{}}},
+		{"a value of an unknown format", ChangelogRecord{Key: good.Key, Value: []byte("{\"json\":1}")}},
+		{"a value too short for its expiry", ChangelogRecord{Key: good.Key, Value: []byte{valFormat | valHasExp, 0, 1}}},
+		{"a value with a negative expiry", ChangelogRecord{Key: good.Key, Value: appendHeader(nil, -5)}},
+	}
+	forEachBackend(t, func(t *testing.T, bk backendKind) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				s := mustOpen(t, bk.new(t), newFakeClock())
+				v := must[*Value[int]](t)(NewValue[int](s, "v", TTLConfig{}))
+				bad := c.rec
+				bad.Offset = 11
+				err := s.Restore([]ChangelogRecord{good, bad}, 11)
+				var ce *CorruptError
+				if !errors.As(err, &ce) {
+					t.Fatalf("Restore = %v; want a *CorruptError", err)
+				}
+				if ce.Store != "agg" || ce.Task != 3 || ce.Offset != 11 {
+					t.Fatalf("CorruptError names store %q task %d offset %d; want agg, 3, 11", ce.Store, ce.Task, ce.Offset)
+				}
+				for _, want := range []string{`"agg"`, "task 3", "offset 11"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q does not say %s", err, want)
+					}
+				}
+				// Nothing of the batch is applied.
+				wantValue(t, v, "k", 0, false)
+				if got := s.AppliedOffset(); got != -1 {
+					t.Fatalf("AppliedOffset = %d; want -1", got)
+				}
+			})
+		}
+	})
+}
+
+func TestCodecErrorsNameTheStateAndKey(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bk backendKind) {
+		b := bk.new(t)
+		s := mustOpen(t, b, newFakeClock())
+		var l changelog
+		v := must[*Value[string]](t)(NewValue[string](s, "v", TTLConfig{}))
+		ok(t, v.Put([]byte("k"), "not a number"))
+		checkpoint(t, s, &l)
+		ok(t, s.Close())
+
+		s = mustOpen(t, b, newFakeClock())
+		n := must[*Value[int]](t)(NewValue[int](s, "v", TTLConfig{}))
+		_, _, err := n.Get([]byte("k"))
+		if err == nil {
+			t.Fatal("decoding a string as an int succeeded")
+		}
+		for _, want := range []string{`"agg"`, "task 3", `state "v"`, `key "k"`, "decoding"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %s", err, want)
+			}
+		}
+		f := must[*Value[float64]](t)(NewValue[float64](s, "f", TTLConfig{}))
+		if err := f.Put([]byte("k"), math.NaN()); err == nil || !strings.Contains(err.Error(), "encoding") {
+			t.Fatalf("Put(NaN) = %v; want an encoding error", err)
+		}
+	})
+}
+
+func TestFingerprints(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bk backendKind) {
+		t.Run("opening a store whose state has another fingerprint is refused", func(t *testing.T) {
+			b := bk.new(t)
+			s := must[*Store](t)(Open(b, "agg", 3, "fp-old", nil))
+			var l changelog
+			checkpoint(t, s, &l)
+			ok(t, s.Close())
+			_, err := Open(b, "agg", 3, "fp-new", nil)
+			var ie *IncompatibleError
+			if !errors.Is(err, ErrIncompatible) || !errors.As(err, &ie) {
+				t.Fatalf("Open = %v; want an ErrIncompatible", err)
+			}
+			if ie.Have != "fp-old" || ie.Want != "fp-new" || ie.Offset != -1 {
+				t.Fatalf("IncompatibleError = %+v", ie)
+			}
+			for _, want := range []string{"fp-old", "fp-new", `"agg"`, "task 3"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %s", err, want)
+				}
+			}
+			// The same fingerprint opens.
+			ok(t, must[*Store](t)(Open(b, "agg", 3, "fp-old", nil)).Close())
+		})
+		t.Run("restoring a changelog written under another fingerprint is refused", func(t *testing.T) {
+			var l changelog
+			old := must[*Store](t)(Open(NewMemory(), "agg", 3, "fp-old", nil))
+			v := must[*Value[int]](t)(NewValue[int](old, "v", TTLConfig{}))
+			ok(t, v.Put([]byte("k"), 1))
+			checkpoint(t, old, &l)
+
+			s := must[*Store](t)(Open(bk.new(t), "agg", 3, "fp-new", nil))
+			defer s.Close()
+			err := s.Restore(l.from(0), l.last())
+			var ie *IncompatibleError
+			if !errors.As(err, &ie) || ie.Have != "fp-old" || ie.Want != "fp-new" || ie.Offset != 0 {
+				t.Fatalf("Restore = %v; want an IncompatibleError at offset 0", err)
+			}
+			if !strings.Contains(err.Error(), "changelog offset 0") {
+				t.Errorf("error %q does not name the offset", err)
+			}
+			if s.AppliedOffset() != -1 {
+				t.Fatal("a refused restore moved the applied offset")
+			}
+		})
+		t.Run("a restored fingerprint is not written again", func(t *testing.T) {
+			var l changelog
+			a := must[*Store](t)(Open(NewMemory(), "agg", 3, testFP, nil))
+			checkpoint(t, a, &l)
+			s := mustOpen(t, bk.new(t), nil)
+			restoreAll(t, s, &l)
+			if c := s.Changes(); len(c) != 0 {
+				t.Fatalf("Changes after restore = %v; want none", c)
+			}
+		})
+		t.Run("Reset deletes one store's state, applied offset and fingerprint", func(t *testing.T) {
+			b := bk.new(t)
+			var l changelog
+			for _, task := range []int32{3, 4} {
+				s := must[*Store](t)(Open(b, "agg", task, "fp-old", nil))
+				v := must[*Value[int]](t)(NewValue[int](s, "v", TTLConfig{}))
+				ok(t, v.Put([]byte("k"), int(task)))
+				checkpoint(t, s, &l)
+				ok(t, s.Close())
+			}
+			ok(t, Reset(b, "agg", 3))
+			s := must[*Store](t)(Open(b, "agg", 3, "fp-new", nil))
+			defer s.Close()
+			if s.AppliedOffset() != -1 {
+				t.Fatalf("AppliedOffset after Reset = %d", s.AppliedOffset())
+			}
+			wantValue(t, must[*Value[int]](t)(NewValue[int](s, "v", TTLConfig{})), "k", 0, false)
+			if c := s.Changes(); len(c) != 1 || string(c[0].Value) != "fp-new" {
+				t.Fatalf("first Changes after Reset = %v; want the new fingerprint", c)
+			}
+			// Task 4 is untouched.
+			s4 := must[*Store](t)(Open(b, "agg", 4, "fp-old", nil))
+			defer s4.Close()
+			wantValue(t, must[*Value[int]](t)(NewValue[int](s4, "v", TTLConfig{})), "k", 4, true)
+		})
+	})
+}
