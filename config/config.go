@@ -34,6 +34,7 @@ type Config struct {
 	Log          Log
 	Metrics      Metrics
 	Audit        Audit
+	State        State
 	Demo         Demo // the built-in demo feeder; the zero value when absent
 
 	lines    map[string]int    // YAML path -> line, from the parsed file
@@ -155,6 +156,14 @@ type DeadLetter struct {
 type Log struct {
 	Level  string // debug, info (default), warn or error
 	Format string // text (default) or json
+}
+
+// State configures where stateful operators keep their state between
+// checkpoints. The durable truth is always the changelog topics; a backend
+// is a cache of them.
+type State struct {
+	Backend string // memory (default) or pebble
+	Dir     string // pebble's directory; required with pebble
 }
 
 // Audit configures the progress records `pipeline audit` checks: every

@@ -100,6 +100,7 @@ func TestParseReadsEverySetting(t *testing.T) {
 		Log:        Log{Level: "debug", Format: "json"},
 		Metrics:    Metrics{Listen: ":9090"},
 		Audit:      Audit{Enabled: true, Topic: "sensor-alerts-progress"},
+		State:      State{Backend: "memory"},
 		Demo:       Demo{Topic: "sensor-readings", Rate: 50, Records: 500, Sensors: 5, Partitions: 2, Seed: 7},
 	}
 	if got := public(c); !reflect.DeepEqual(got, want) {
@@ -127,6 +128,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 		Sinks:        []Sink{{Name: "out", From: "in", Topic: "output", Format: "json", KeyFormat: "string", Path: "sinks.out"}},
 		Log:          Log{Level: "info", Format: "text"},
 		Audit:        Audit{Enabled: true, Topic: "p-progress"},
+		State:        State{Backend: "memory"},
 	}
 	if got := public(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)

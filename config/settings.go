@@ -73,6 +73,9 @@ func (c *Config) settings() []setting {
 
 		{"metrics.listen", &c.Metrics.Listen, nil},
 
+		{"state.backend", &c.State.Backend, "memory"},
+		{"state.dir", &c.State.Dir, nil},
+
 		{"audit.enabled", &c.Audit.Enabled, true},
 		{"audit.topic", &c.Audit.Topic, nil}, // default: name + "-progress"
 

@@ -411,6 +411,16 @@ func (k *checker) outputs() {
 		}
 	}
 
+	switch c.State.Backend {
+	case "memory", "":
+	case "pebble":
+		if c.State.Dir == "" {
+			k.errorf("state.dir", "required with state.backend pebble")
+		}
+	default:
+		k.errorf("state.backend", "must be memory or pebble, found %q", c.State.Backend)
+	}
+
 	if t := c.Audit.Topic; c.Audit.Enabled && t != "" && k.topic("audit.topic", t) {
 		loop("audit.topic", t)
 		if sink, ok := sinkTopics[t]; ok {

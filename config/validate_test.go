@@ -248,7 +248,7 @@ func TestUnknownKeys(t *testing.T) {
 	}{
 		{"a misspelt top-level key suggests the right one", "nmae: x", `nmae (line 7): unknown key (did you mean "name"?)`},
 		{"a top-level key in the wrong case suggests the right one", "Brokers: [a:1]", `Brokers (line 7): unknown key (did you mean "brokers"?)`},
-		{"an unknown top-level key far from any lists the known ones", "zzzzzzzz: 1", "zzzzzzzz (line 7): unknown key (known keys: name, brokers, instance_id, group, tls, sasl, consumer, producer, checkpoint, transactions, topics, dead_letter, log, metrics, audit, demo, sources, steps, sinks)"},
+		{"an unknown top-level key far from any lists the known ones", "zzzzzzzz: 1", "zzzzzzzz (line 7): unknown key (known keys: name, brokers, instance_id, group, tls, sasl, consumer, producer, checkpoint, transactions, topics, dead_letter, log, metrics, state, audit, demo, sources, steps, sinks)"},
 		{"a misspelt checkpoint key suggests the right one", "checkpoint: {intervl: 2s}", `checkpoint.intervl (line 7): unknown key (did you mean "interval"?)`},
 		{"a checkpoint key with a unit suffix suggests the right one", "checkpoint: {interval_ms: 2000}", `checkpoint.interval_ms (line 7): unknown key (did you mean "interval"?)`},
 		{"a misspelt transactions key suggests the right one", "transactions: {timout: 90s}", `transactions.timout (line 7): unknown key (did you mean "timeout"?)`},

@@ -24,6 +24,17 @@ import (
 // forever. kgo.ProcessFetchPartition says where the next fetch starts
 // whether or not it kept the records it passed over.
 func ReadToEnd(ctx context.Context, cl *kgo.Client, topic string, committed bool) ([]*kgo.Record, error) {
+	return read(ctx, cl, topic, -1, -1, committed)
+}
+
+// ReadPartition reads one partition of topic with read_committed from
+// offset from (or its start, if later) to its last stable offset.
+func ReadPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32, from int64) ([]*kgo.Record, error) {
+	return read(ctx, cl, topic, partition, from, true)
+}
+
+// read reads topic (only partition only, if >= 0) from max(from, start).
+func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from int64, committed bool) ([]*kgo.Record, error) {
 	adm := kadm.NewClient(cl)
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err != nil {
@@ -45,8 +56,11 @@ func ReadToEnd(ctx context.Context, cl *kgo.Client, topic string, committed bool
 			errs = append(errs, o.Err)
 			return
 		}
+		if only >= 0 && o.Partition != only {
+			return
+		}
 		s, _ := starts.Lookup(topic, o.Partition)
-		next[o.Partition], to[o.Partition] = s.Offset, o.Offset
+		next[o.Partition], to[o.Partition] = max(s.Offset, from), o.Offset
 	})
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("listing offsets of %s: %v", topic, errs)
@@ -70,7 +84,7 @@ func ReadToEnd(ctx context.Context, cl *kgo.Client, topic string, committed bool
 		}
 		byLeader := map[int32][]int32{}
 		for p, pd := range d.Partitions {
-			if next[p] < to[p] {
+			if _, ok := to[p]; ok && next[p] < to[p] {
 				byLeader[pd.Leader] = append(byLeader[pd.Leader], p)
 			}
 		}

@@ -227,6 +227,26 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 		errf("sinks", "at least one sink is required")
 	}
 
+	// Stateful steps keep state per task, that is per source partition:
+	// their records must still be keyed as the source partitioned them.
+	for _, n := range g.nodes {
+		if n.kind != stepNode {
+			continue
+		}
+		if n.parallel != nil {
+			if _, ok := n.parallel.inner.(StatefulDefinition); ok {
+				errf(n.path+".parallel", "a stateful step cannot run inside a parallel stage")
+			}
+			continue
+		}
+		if n.stateful() == nil {
+			continue
+		}
+		if by := rekeyedBy(n); by != nil {
+			errf(n.path, "its records were re-keyed by step %q (%s); keyed state needs the key the source partitioned them by (re-keying through a repartition topic is not available yet)", by.name, by.path)
+		}
+	}
+
 	// A step whose output nobody reads is almost always a mistake in the
 	// YAML (a misspelt from); say so rather than drop records silently.
 	for _, n := range g.nodes {
@@ -319,4 +339,29 @@ func (g *Graph) SourceTopics() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// rekeyedBy returns a step upstream of n that changes record keys, if any.
+func rekeyedBy(n *node) *node {
+	for _, in := range n.inputs {
+		up := in.node
+		def := up.def
+		switch d := def.(type) {
+		case stateless:
+			switch op := d.op.(type) {
+			case *mapOp:
+				if op.key != nil {
+					return up
+				}
+			case *flatMap:
+				if op.key != nil {
+					return up
+				}
+			}
+		}
+		if by := rekeyedBy(up); by != nil {
+			return by
+		}
+	}
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/pipeline/state"
 	"github.com/pipeline-run/pipeline/txsink"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -86,8 +87,8 @@ type Checkpoint struct {
 	Committed bool
 	Err       error // why it did not commit
 	Records   int   // input records it covered
-	Produced  int64 // records written (outputs and dead letters)
-	Bytes     int64
+	Produced  int64 // outputs written: sink records and dead letters
+	Bytes     int64 // bytes written, changelog and progress records included
 	Duration  time.Duration // from the first poll to the broker's answer
 	Commit    time.Duration // barrier, flush and commit
 	Ranges    []offsets.Range
@@ -105,10 +106,11 @@ type Stats struct {
 	Committed   int64 // checkpoints committed
 	Aborted     int64 // checkpoints aborted
 	Rebuilds    int64 // times the transactional client was rebuilt
+	Restored    int64 // changelog records replayed into state stores
 }
 
 type counters struct {
-	in, out, dead, committed, aborted, rebuilds atomic.Int64
+	in, out, dead, committed, aborted, rebuilds, restored atomic.Int64
 }
 
 // Stats returns the running totals.
@@ -116,6 +118,7 @@ func (p *Pipeline) Stats() Stats {
 	return Stats{
 		RecordsIn: p.stats.in.Load(), RecordsOut: p.stats.out.Load(), DeadLetters: p.stats.dead.Load(),
 		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(),
+		Restored: p.stats.restored.Load(),
 	}
 }
 
@@ -150,21 +153,39 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 
 	rt := &runtime{
-		p:      p,
-		g:      p.g,
-		cfg:    cfg,
-		log:    p.log,
-		tasks:  map[TaskID]*task{},
-		parts:  map[TaskID]map[string]bool{},
-		stages: make([]*stage, len(p.g.nodes)),
-		track:  offsets.NewTracker(),
-		runID:  newRunID(),
+		p:          p,
+		g:          p.g,
+		cfg:        cfg,
+		log:        p.log,
+		tasks:      map[TaskID]*task{},
+		parts:      map[TaskID]map[string]bool{},
+		stages:     make([]*stage, len(p.g.nodes)),
+		track:      offsets.NewTracker(),
+		runID:      newRunID(),
+		changelogs: make([]string, len(p.g.nodes)),
+		restoreCtx: context.WithoutCancel(ctx),
 	}
+	manual := map[string]bool{}
+	if cfg.Audit.Enabled {
+		manual[cfg.Audit.Topic] = true
+	}
+	for _, n := range p.g.nodes {
+		if n.stateful() != nil {
+			rt.changelogs[n.idx] = ChangelogTopic(cfg.Name, n.name)
+			manual[rt.changelogs[n.idx]] = true
+		}
+	}
+	if rt.backend, err = openBackend(cfg); err != nil {
+		return err
+	}
+	defer rt.backend.Close()
 	// Produces must not fail because shutdown began: the last checkpoint
 	// still commits what it read.
 	prodCtx := context.WithoutCancel(ctx)
 	rt.produce = func(r *kgo.Record) { rt.sink.Produce(prodCtx, r) }
-	opts := append(transactOpts(cfg, base, p.g.SourceTopics(), rt.revoked), p.extra...)
+	opts := append(transactOpts(cfg, base, p.g.SourceTopics(), rt.revoked),
+		kgo.RecordPartitioner(manualPartitioner{manual: manual, byKey: kgo.StickyKeyPartitioner(nil)}))
+	opts = append(opts, p.extra...)
 	rt.sink, err = txsink.New(opts, p.log)
 	if err != nil {
 		return err
@@ -206,6 +227,12 @@ type runtime struct {
 	nextID  CheckpointID
 	runID   string
 
+	outputs atomic.Int64 // outputs of the open checkpoint
+
+	backend    state.Backend
+	changelogs []string // by node index, for stateful steps
+	restoreCtx context.Context
+
 	// mu guards tasks and parts, and every send to a task's queue, so a
 	// revoked task is never sent work after it stopped.
 	mu    sync.Mutex
@@ -220,8 +247,12 @@ type runtime struct {
 	dlqQuiet  atomic.Int64 // dead letters not logged since
 }
 
-// Produce sends r within the open transaction.
-func (rt *runtime) Produce(r *kgo.Record) { rt.produce(r) }
+// Produce sends an output (a sink's record or a dead letter) within the
+// open transaction. Changelog and progress records go through produce.
+func (rt *runtime) Produce(r *kgo.Record) {
+	rt.outputs.Add(1)
+	rt.produce(r)
+}
 
 func (rt *runtime) failed() bool { return rt.hasErr.Load() }
 
@@ -341,11 +372,23 @@ func (rt *runtime) loop(ctx context.Context) error {
 			if err := rt.rebuild(ctx); err != nil {
 				return err
 			}
+			rt.dropTasks()
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 	}
+}
+
+func openBackend(cfg *config.Config) (state.Backend, error) {
+	if cfg.State.Backend == "pebble" {
+		b, err := state.OpenPebble(cfg.State.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("state.dir: %w", err)
+		}
+		return b, nil
+	}
+	return state.NewMemory(), nil
 }
 
 func newRunID() string {
@@ -387,6 +430,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		return cp
 	}
 	rt.track.Begin()
+	rt.outputs.Store(0)
 	deadline := start.Add(rt.cfg.Checkpoint.Interval)
 	max := rt.cfg.Checkpoint.MaxRecords
 	for cp.Records < max && ctx.Err() == nil && !rt.failed() {
@@ -409,7 +453,11 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	// stages drain and holding operators flush, in graph order.
 	commitStart := time.Now()
 	rt.barrier()
-	cp.Produced, cp.Bytes = rt.sink.Produced()
+	cp.Produced = rt.outputs.Load()
+	if cp.Err == nil && !rt.failed() {
+		rt.logChanges()
+	}
+	_, cp.Bytes = rt.sink.Produced()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.Checkpoint.Timeout)
 	defer cancel()
 	if cp.Err == nil && !rt.failed() && rt.cfg.Audit.Enabled && (cp.Records > 0 || cp.Produced > 0) {
@@ -435,6 +483,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 			}
 		}
 		rt.track.Abort()
+		rt.settleStores(false)
 		rt.p.stats.aborted.Add(1)
 		cp.Duration = time.Since(start)
 		rt.sink.AllowRebalance()
@@ -450,6 +499,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	cp.rebuild = errors.As(err, &unknown)
 	if !committed {
 		rt.track.Abort()
+		rt.settleStores(false)
 		rt.p.stats.aborted.Add(1)
 		if err != nil {
 			err = fmt.Errorf("checkpoint %d: %w", cp.ID, err)
@@ -461,6 +511,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	}
 	cp.Committed = true
 	cp.Ranges = rt.track.Commit()
+	rt.settleStores(true)
 	rt.p.stats.committed.Add(1)
 	rt.p.stats.in.Add(int64(cp.Records))
 	rt.p.stats.out.Add(cp.Produced)

@@ -88,6 +88,17 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 			errs = append(errs, err)
 		}
 	}
+	// Changelogs: one partition per task, compacted (only each key's last
+	// value matters to a restore).
+	for _, n := range g.nodes {
+		if n.stateful() == nil {
+			continue
+		}
+		topic := ChangelogTopic(cfg.Name, n.name)
+		if err := ensureTopicWith(ctx, adm, cfg, topic, max(srcMax, 1), true, n.path, map[string]string{"cleanup.policy": "compact"}, log); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if cfg.Audit.Enabled && cfg.Audit.Topic != "" && !seen[cfg.Audit.Topic] {
 		// One partition: the records of every instance in commit order.
 		if err := ensureTopic(ctx, adm, cfg, cfg.Audit.Topic, 1, true, "audit.topic", log); err != nil {
@@ -127,6 +138,12 @@ func checkTxnTimeout(ctx context.Context, adm *kadm.Client, cfg *config.Config) 
 }
 
 func ensureTopic(ctx context.Context, adm *kadm.Client, cfg *config.Config, topic string, partitions int32, explicit bool, path string, log *slog.Logger) error {
+	return ensureTopicWith(ctx, adm, cfg, topic, partitions, explicit, path, nil, log)
+}
+
+// ensureTopicWith is ensureTopic with topic configs of its own on top of
+// topics.configs.
+func ensureTopicWith(ctx context.Context, adm *kadm.Client, cfg *config.Config, topic string, partitions int32, explicit bool, path string, extra map[string]string, log *slog.Logger) error {
 	details, err := adm.ListTopics(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("describing topic %q: %w", topic, err)
@@ -142,6 +159,9 @@ func ensureTopic(ctx context.Context, adm *kadm.Client, cfg *config.Config, topi
 	}
 	configs := map[string]*string{}
 	for k, v := range cfg.Topics.Configs {
+		configs[k] = kadm.StringPtr(v)
+	}
+	for k, v := range extra {
 		configs[k] = kadm.StringPtr(v)
 	}
 	resp, err := adm.CreateTopic(ctx, partitions, cfg.Topics.ReplicationFactor, configs, topic)

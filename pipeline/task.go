@@ -3,6 +3,8 @@ package pipeline
 import (
 	"sync"
 
+	"github.com/pipeline-run/pipeline/pipeline/state"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -39,8 +41,9 @@ type task struct {
 	in   chan work
 	done chan struct{}
 
-	ops  []Operator // by node index; nil for sources
-	ctxs []*Context
+	ops    []Operator // by node index; nil for sources
+	ctxs   []*Context
+	stores []*state.Store // by node index; nil but for stateful steps
 
 	// mu guards the instances of steps downstream of a parallel stage,
 	// which the stage's workers call too. Lock order: a task never holds
@@ -58,12 +61,17 @@ type work struct {
 
 func newTask(rt *runtime, id TaskID) (*task, error) {
 	t := &task{
-		id:   id,
-		rt:   rt,
-		in:   make(chan work, 4),
-		done: make(chan struct{}),
-		ops:  make([]Operator, len(rt.g.nodes)),
-		ctxs: make([]*Context, len(rt.g.nodes)),
+		id:     id,
+		rt:     rt,
+		in:     make(chan work, 4),
+		done:   make(chan struct{}),
+		ops:    make([]Operator, len(rt.g.nodes)),
+		ctxs:   make([]*Context, len(rt.g.nodes)),
+		stores: make([]*state.Store, len(rt.g.nodes)),
+	}
+	if err := rt.openStores(t); err != nil {
+		t.closeOps()
+		return nil, err
 	}
 	for _, n := range rt.g.nodes {
 		var op Operator
@@ -74,6 +82,12 @@ func newTask(rt *runtime, id TaskID) (*task, error) {
 			op = &sinkOp{def: n.sink, prod: rt}
 		case n.parallel != nil:
 			op = parallelOp{st: rt.stages[n.idx]}
+		case n.stateful() != nil:
+			var err error
+			if op, err = n.stateful().NewStatefulOperator(id, t.stores[n.idx]); err != nil {
+				t.closeOps()
+				return nil, &BuildError{Path: n.path, Msg: err.Error()}
+			}
 		default:
 			var err error
 			if op, err = n.def.NewOperator(id); err != nil {
@@ -174,6 +188,12 @@ func (t *task) closeOps() {
 	for _, op := range t.ops {
 		if c, ok := op.(Closer); ok {
 			_ = c.Close()
+		}
+	}
+	for i, st := range t.stores {
+		if st != nil {
+			_ = st.Close()
+			t.stores[i] = nil
 		}
 	}
 }

@@ -41,6 +41,7 @@ type Sink struct {
 	mu       sync.Mutex
 	firstErr *ProduceError
 	acks     map[TopicPartition]int64 // records acknowledged in the open transaction
+	last     map[TopicPartition]int64 // offset of the last record acknowledged, per partition
 
 	pending  sync.WaitGroup // produces not yet acknowledged
 	produced atomic.Int64   // records produced in this transaction
@@ -90,6 +91,7 @@ func (s *Sink) Begin() error {
 	s.mu.Lock()
 	s.firstErr = nil
 	s.acks = map[TopicPartition]int64{}
+	s.last = map[TopicPartition]int64{}
 	s.mu.Unlock()
 	s.produced.Store(0)
 	s.bytes.Store(0)
@@ -113,7 +115,11 @@ func (s *Sink) acked(r *kgo.Record, err error) {
 			s.firstErr = &ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err}
 		}
 	} else {
-		s.acks[TopicPartition{r.Topic, r.Partition}]++
+		tp := TopicPartition{r.Topic, r.Partition}
+		s.acks[tp]++
+		if o, ok := s.last[tp]; !ok || r.Offset > o {
+			s.last[tp] = r.Offset
+		}
 	}
 	s.mu.Unlock()
 	s.pending.Done()
@@ -136,6 +142,16 @@ func (s *Sink) Flush(ctx context.Context) (map[TopicPartition]int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.acks), nil
+}
+
+// LastOffset returns the offset of the last record of the open (or just
+// committed) transaction acknowledged on a partition, and whether there is
+// one.
+func (s *Sink) LastOffset(topic string, partition int32) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.last[TopicPartition{topic, partition}]
+	return o, ok
 }
 
 // Produced returns the records and bytes produced in the open transaction.

@@ -1,0 +1,222 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+const aggregating = `
+instance_id: i1
+checkpoint: {interval: 100ms, timeout: 10s, max_records: 1500}
+transactions: {timeout: 20s}
+consumer: {session_timeout: 6s}
+sources: {in: {topics: [in]}}
+steps:
+  - name: per_key
+    aggregate:
+      fields:
+        n: count
+        total: {sum: value.seq}
+        hi: {max: value.seq}
+        lo: {min: value.seq}
+        mean: {avg: value.seq}
+        first: {first: value.seq}
+        last: {last: value.seq}
+        recent: {collect: value.seq, max: 3}
+        product_mod: {reduce: "(state * 31 + value.seq) %% 1000003", init: "7"}
+      emit: %s
+sinks: {out: {topic: out}}
+dead_letter: {topic: dlq}
+`
+
+// expected computes, from the input alone, what the aggregate must say for
+// each key once every input record was counted exactly once.
+func expected(n, keys int) map[string]map[string]any {
+	want := map[string]map[string]any{}
+	for i := range n {
+		k := "k" + strconv.Itoa(i%keys)
+		w, ok := want[k]
+		if !ok {
+			w = map[string]any{"n": 0, "total": 0, "hi": i, "lo": i, "first": i, "recent": []any{}, "product_mod": 7}
+			want[k] = w
+		}
+		w["n"] = w["n"].(int) + 1
+		w["total"] = w["total"].(int) + i
+		w["hi"] = max(w["hi"].(int), i)
+		w["lo"] = min(w["lo"].(int), i)
+		w["last"] = i
+		r := append(w["recent"].([]any), i)
+		if len(r) > 3 {
+			r = r[1:]
+		}
+		w["recent"] = r
+		w["product_mod"] = (w["product_mod"].(int)*31 + i) % 1000003
+	}
+	for _, w := range want {
+		w["mean"] = float64(w["total"].(int)) / float64(w["n"].(int))
+	}
+	return want
+}
+
+// latest reads the output and returns each key's last value.
+func latest(t *testing.T, k *cluster) map[string]map[string]any {
+	t.Helper()
+	got := map[string]map[string]any{}
+	for _, r := range k.readAll("out") {
+		x, err := decodeJSON(r.Value)
+		if err != nil {
+			t.Fatalf("output %s: %v", r.Value, err)
+		}
+		got[string(r.Key)] = x.(map[string]any)
+	}
+	return got
+}
+
+func compareAggregates(t *testing.T, got, want map[string]map[string]any) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d keys in the output, want %d", len(got), len(want))
+	}
+	bad := 0
+	for k, w := range want {
+		g := got[k]
+		gb, _ := json.Marshal(g)
+		wb, _ := json.Marshal(w)
+		if string(gb) != string(wb) {
+			if bad++; bad <= 3 {
+				t.Errorf("key %s:\n got %s\nwant %s", k, gb, wb)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d keys wrong", bad, len(want))
+	}
+}
+
+func TestAggregateIsExactlyOnceThroughAborts(t *testing.T) {
+	for _, emit := range []string{"update", "checkpoint"} {
+		t.Run("emit "+emit, func(t *testing.T) {
+			k := newCluster(t)
+			k.topic("in", 3)
+			const n, keys = 20000, 200
+			k.input("in", n, keys, nil)
+			// Produce faults and aborted checkpoints: state changes of an
+			// aborted checkpoint must vanish with its outputs.
+			h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: 3})
+			var aborted atomic.Int64
+			p := newPipeline(t, k, fmt.Sprintf(aggregating, emit), nil, WithBeforeCommit(func(cp Checkpoint) error {
+				if cp.ID%4 == 0 && cp.Records > 0 {
+					aborted.Add(1)
+					return errors.New("injected")
+				}
+				return nil
+			}))
+			runUntilCommitted(t, k, p, "t", "in")
+			if h.Hits() == 0 || aborted.Load() == 0 {
+				t.Fatalf("faults fired: %d produce, %d checkpoints", h.Hits(), aborted.Load())
+			}
+			compareAggregates(t, latest(t, k), expected(n, keys))
+			t.Logf("%d produce faults, %d checkpoints aborted on purpose, stats %+v", h.Hits(), aborted.Load(), p.Stats())
+		})
+	}
+}
+
+// TestAggregateStateSurvivesRestarts stops the pipeline halfway and runs a
+// new one: with the memory backend the new run restores every key from the
+// changelog; with pebble, after a clean stop, it has nothing to replay.
+func TestAggregateStateSurvivesRestarts(t *testing.T) {
+	for _, backend := range []string{"memory", "pebble"} {
+		t.Run(backend, func(t *testing.T) {
+			k := newCluster(t)
+			k.topic("in", 3)
+			const n, keys = 10000, 100
+			body := fmt.Sprintf(aggregating, "checkpoint")
+			if backend == "pebble" {
+				body += fmt.Sprintf("state: {backend: pebble, dir: %q}\n", t.TempDir())
+			}
+			k.input("in", n/2, keys, nil)
+			first := newPipeline(t, k, body, nil)
+			runUntilCommitted(t, k, first, "t", "in")
+
+			// The second half continues the same sequence.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var rs []*kgo.Record
+			for i := n / 2; i < n; i++ {
+				key := "k" + strconv.Itoa(i%keys)
+				rs = append(rs, &kgo.Record{Topic: "in", Key: []byte(key), Value: fmt.Appendf(nil, `{"k":%q,"seq":%d}`, key, i)})
+			}
+			if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			second := newPipeline(t, k, body, nil)
+			runUntilCommitted(t, k, second, "t", "in")
+			compareAggregates(t, latest(t, k), expected(n, keys))
+			restored := second.Stats().Restored
+			switch backend {
+			case "memory":
+				if restored < keys {
+					t.Fatalf("the second run restored %d changelog records; a memory backend starts empty and must replay every key (%d)", restored, keys)
+				}
+			case "pebble":
+				if restored != 0 {
+					t.Fatalf("the second run replayed %d changelog records; pebble had applied them all before the clean stop", restored)
+				}
+			}
+			t.Logf("%s: second run restored %d changelog records", backend, restored)
+		})
+	}
+}
+
+func TestAggregateRefusesStateOfAnotherDefinition(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 1)
+	k.input("in", 100, 10, nil)
+	first := newPipeline(t, k, fmt.Sprintf(aggregating, "update"), nil)
+	runUntilCommitted(t, k, first, "t", "in")
+	changed := strings.Replace(fmt.Sprintf(aggregating, "update"), "total: {sum: value.seq}", "total: {sum: value.seq * 2}", 1)
+	k.input("in", 10, 10, nil)
+	second := newPipeline(t, k, changed, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := second.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "per_key") || !strings.Contains(err.Error(), "fingerprint") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestAggregateBuildErrors(t *testing.T) {
+	tests := []struct{ name, steps, want string }{
+		{"re-keying before an aggregate is refused",
+			`[{map: {key: value.k}}, {aggregate: {fields: {n: count}}}]`, `re-keyed by step "map1"`},
+		{"an aggregate inside a parallel stage is refused",
+			`[{parallel: {aggregate: {fields: {n: count}}}}]`, "cannot run inside a parallel stage"},
+		{"an unknown aggregation is named",
+			`[{aggregate: {fields: {n: {median: value.x}}}}]`, "steps[0].aggregate.fields.n.median"},
+		{"reduce needs init",
+			`[{aggregate: {fields: {n: {reduce: "state + 1"}}}}]`, "steps[0].aggregate.fields.n.init"},
+		{"emit must be update or checkpoint",
+			`[{aggregate: {fields: {n: count}, emit: sometimes}}]`, "steps[0].aggregate.emit"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := parseConfig(t, "sources: {in: {topics: [in]}}\nsteps: "+tc.steps+"\nsinks: {out: {topic: out}}\n")
+			_, err := Build(cfg, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,173 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/pipeline/state"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// StatefulDefinition is a Definition whose operators keep keyed state. The
+// runtime gives each task's operator a state.Store, writes the store's
+// changes to the step's changelog topic (one partition per task) inside
+// every checkpoint's transaction, commits or aborts them with it, and
+// restores the store from the changelog before the task processes anything.
+//
+// State is per task, and a task is a source partition: an operator must only
+// keep state for keys whose records all reach the same task, that is for
+// the keys the input is partitioned by.
+type StatefulDefinition interface {
+	Definition
+	// Fingerprint identifies what the state means. State written under
+	// another fingerprint is refused at start-up rather than misread.
+	Fingerprint() string
+	// NewStatefulOperator returns the operator of one task, over its store.
+	NewStatefulOperator(task TaskID, st *state.Store) (Operator, error)
+}
+
+// ChangelogTopic is the changelog topic of a stateful step.
+func ChangelogTopic(pipelineName, step string) string {
+	return pipelineName + "-" + step + "-changelog"
+}
+
+func (n *node) stateful() StatefulDefinition {
+	if n.kind != stepNode || n.parallel != nil {
+		return nil
+	}
+	sd, _ := n.def.(StatefulDefinition)
+	return sd
+}
+
+// openStores opens and restores the stores of a new task.
+func (rt *runtime) openStores(t *task) error {
+	for _, n := range rt.g.nodes {
+		sd := n.stateful()
+		if sd == nil {
+			continue
+		}
+		st, err := state.Open(rt.backend, rt.cfg.Name+"/"+n.name, int32(t.id), sd.Fingerprint(), nil)
+		if err != nil {
+			return fmt.Errorf("step %s (%s), task %d: %w", n.name, n.path, t.id, err)
+		}
+		t.stores[n.idx] = st
+		if err := rt.restore(n, t.id, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restore brings st up to the changelog's last stable offset.
+func (rt *runtime) restore(n *node, id TaskID, st *state.Store) error {
+	topic := rt.changelogs[n.idx]
+	from := st.AppliedOffset() + 1
+	ctx, cancel := context.WithTimeout(rt.restoreCtx, 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	recs, err := offsets.ReadPartition(ctx, rt.sink.Client(), topic, int32(id), from)
+	if err != nil {
+		return fmt.Errorf("restoring step %s, task %d from %s: %w", n.name, id, topic, err)
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	crecs := make([]state.ChangelogRecord, len(recs))
+	for i, r := range recs {
+		crecs[i] = state.ChangelogRecord{Key: r.Key, Value: r.Value, Offset: r.Offset}
+	}
+	if err := st.Restore(crecs, recs[len(recs)-1].Offset); err != nil {
+		return fmt.Errorf("restoring step %s (%s), task %d from %s: %w", n.name, n.path, id, topic, err)
+	}
+	elapsed := time.Since(start)
+	rt.p.stats.restored.Add(int64(len(recs)))
+	rt.log.Info("state restored", "step", n.name, "task", id, "changelog", topic, "from_offset", from,
+		"records", len(recs), "records_per_s", int(float64(len(recs))/max(elapsed.Seconds(), 1e-6)), "duration", elapsed.Round(time.Millisecond))
+	return nil
+}
+
+// logChanges writes every store's changes since the last checkpoint to its
+// changelog partition, inside the open transaction. Tasks are idle (after
+// the barrier).
+func (rt *runtime) logChanges() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, t := range rt.tasks {
+		for idx, st := range t.stores {
+			if st == nil {
+				continue
+			}
+			for _, c := range st.Changes() {
+				rt.produce(&kgo.Record{Topic: rt.changelogs[idx], Partition: int32(t.id), Key: c.Key, Value: c.Value})
+			}
+		}
+	}
+}
+
+// settleStores ends the stores' checkpoint like the transaction ended:
+// committed changes become the stores' state, at the changelog offset they
+// were written at; otherwise they are dropped. A store that fails to commit
+// locally is closed with its task, which restores it from the changelog
+// when it next gets records.
+func (rt *runtime) settleStores(committed bool) {
+	var broken []*task
+	rt.mu.Lock()
+	for id, t := range rt.tasks {
+		for idx, st := range t.stores {
+			if st == nil {
+				continue
+			}
+			var err error
+			if committed {
+				last := int64(-1)
+				if o, ok := rt.sink.LastOffset(rt.changelogs[idx], int32(t.id)); ok {
+					last = o
+				}
+				err = st.Commit(last)
+			} else {
+				err = st.Abort()
+			}
+			if err != nil {
+				rt.log.Warn("state store could not settle its checkpoint; it will be restored from its changelog", "task", t.id, "err", err)
+				broken = append(broken, t)
+				delete(rt.tasks, id)
+				break
+			}
+		}
+	}
+	rt.mu.Unlock()
+	for _, t := range broken {
+		t.stop()
+	}
+}
+
+// dropTasks closes every task, so that each restores its state from the
+// changelog when it next gets records: after a rebuild, the outcome of the
+// last transaction is known only to the broker.
+func (rt *runtime) dropTasks() {
+	rt.mu.Lock()
+	tasks := rt.tasks
+	rt.tasks = map[TaskID]*task{}
+	rt.parts = map[TaskID]map[string]bool{}
+	rt.mu.Unlock()
+	for _, t := range tasks {
+		t.stop()
+	}
+}
+
+// manualPartitioner writes records of the given topics to the partition
+// they name (changelogs: the task's partition; the audit topic) and
+// partitions the others by key, as Kafka's clients do by default.
+type manualPartitioner struct {
+	manual map[string]bool
+	byKey  kgo.Partitioner
+}
+
+func (m manualPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	if m.manual[topic] {
+		return kgo.ManualPartitioner().ForTopic(topic)
+	}
+	return m.byKey.ForTopic(topic)
+}
