@@ -85,10 +85,10 @@ type CheckpointID uint64
 type Checkpoint struct {
 	ID        CheckpointID
 	Committed bool
-	Err       error // why it did not commit
-	Records   int   // input records it covered
-	Produced  int64 // outputs written: sink records and dead letters
-	Bytes     int64 // bytes written, changelog and progress records included
+	Err       error         // why it did not commit
+	Records   int           // input records it covered
+	Produced  int64         // outputs written: sink records and dead letters
+	Bytes     int64         // bytes written, changelog and progress records included
 	Duration  time.Duration // from the first poll to the broker's answer
 	Commit    time.Duration // barrier, flush and commit
 	Ranges    []offsets.Range
