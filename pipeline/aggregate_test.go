@@ -220,3 +220,40 @@ func TestAggregateBuildErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestAggregateTTLForgetsIdleKeys(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 1)
+	body := strings.Replace(fmt.Sprintf(aggregating, "update"), "      emit: update", "      emit: update\n      ttl: 400ms", 1)
+	p := newPipeline(t, k, body, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	write := func(from, to int) {
+		wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer wcancel()
+		for i := from; i < to; i++ {
+			if err := k.cl.ProduceSync(wctx, &kgo.Record{Topic: "in", Key: []byte("k"), Value: fmt.Appendf(nil, `{"k":"k","seq":%d}`, i)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(0, 10)
+	// Idle for longer than the TTL: the key's state expires (the wait is
+	// the fault under test, not a measurement).
+	time.Sleep(time.Second)
+	write(10, 15)
+	got := latest(t, k)["k"]
+	if got["n"] != 5 || got["first"] != 10 {
+		t.Fatalf("after the TTL the key should start afresh at seq 10 with 5 records; got %v", got)
+	}
+}

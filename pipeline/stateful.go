@@ -88,16 +88,27 @@ func (rt *runtime) restore(n *node, id TaskID, st *state.Store) error {
 	return nil
 }
 
+// expirePerCheckpoint bounds the expired entries one store removes per
+// checkpoint, so a mass expiry cannot stall one.
+const expirePerCheckpoint = 10000
+
 // logChanges writes every store's changes since the last checkpoint to its
 // changelog partition, inside the open transaction. Tasks are idle (after
 // the barrier).
 func (rt *runtime) logChanges() {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	now := time.Now()
 	for _, t := range rt.tasks {
 		for idx, st := range t.stores {
 			if st == nil {
 				continue
+			}
+			// Entries whose TTL passed are removed a bounded number at a
+			// time, oldest first, and their tombstones join this
+			// checkpoint's changes.
+			if _, err := st.Expire(now, expirePerCheckpoint); err != nil {
+				rt.log.Warn("expiring state", "task", t.id, "err", err)
 			}
 			for _, c := range st.Changes() {
 				rt.produce(&kgo.Record{Topic: rt.changelogs[idx], Partition: int32(t.id), Key: c.Key, Value: c.Value})
