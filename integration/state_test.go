@@ -1,0 +1,140 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pipeline-run/pipeline/offsets"
+)
+
+// countConfig is a count-per-key pipeline: the exactly-once keyed state
+// under test.
+func countConfig(e *env, partitions int, extra string) string {
+	return fmt.Sprintf(`name: %q
+brokers: [%q]
+instance_id: i1
+checkpoint: {interval: 300ms, timeout: 10s}
+transactions: {timeout: 30s}
+consumer: {session_timeout: 10s}
+topics: {partitions: %d}
+sources:
+  in: {topics: [%q]}
+steps:
+  - name: per_key
+    aggregate:
+      fields:
+        n: count
+        total: {sum: value.seq}
+      emit: checkpoint
+sinks:
+  out: {topic: %q}
+%s`, e.group, e.seeds[0], partitions, e.input, e.output, extra)
+}
+
+// TestKeyedCountsSurviveRepeatedSIGKILL counts per key over 200,000 records
+// and 10,000 keys while the pipeline is SIGKILLed at random points, then
+// checks every key's final count and sum against the input.
+func TestKeyedCountsSurviveRepeatedSIGKILL(t *testing.T) {
+	for _, backend := range []string{"memory", "pebble"} {
+		t.Run(backend, func(t *testing.T) { runCountKills(t, backend) })
+	}
+}
+
+func runCountKills(t *testing.T, backend string) {
+	requireBinary(t)
+	e := newEnv(t)
+	const partitions, keys, kills = 4, 10_000, 5
+	records := 200_000
+	if testing.Short() {
+		records = 40_000
+	}
+	CreateTopics(t, e.adm, partitions, e.input, e.output)
+	extra := ""
+	if backend == "pebble" {
+		extra = fmt.Sprintf("state: {backend: pebble, dir: %q}\n", filepath.Join(e.logDir, "state"))
+	}
+	cfgPath := filepath.Join(e.logDir, "count.yaml")
+	if err := os.WriteFile(cfgPath, []byte(countConfig(e, partitions, extra)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(e2eSeed(t), 0))
+	span := time.Duration(kills)*maxStopDelay + 5*time.Second
+	input := StartInput(t, e.seeds, InputSpec{Topic: e.input, Records: records, Keys: keys, Rate: max(1, int(float64(records)/span.Seconds()))})
+	start := time.Now()
+	var last int64
+	for i := range kills {
+		p := e.startPipeline(cfgPath)
+		delay := minStopDelay + time.Duration(rng.Int64N(int64(maxStopDelay-minStopDelay)))
+		p.sleepOrExit(t.Context(), delay)
+		p.Kill()
+		committed, _, err := e.committed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if committed >= int64(records) {
+			t.Fatalf("SIGKILL %d came after everything was committed", i+1)
+		}
+		t.Logf("SIGKILL %d/%d after %v: %d committed (+%d)", i+1, kills, delay.Round(time.Millisecond), committed, committed-last)
+		last = committed
+	}
+	if last == 0 {
+		t.Fatal("nothing was committed across the kills: none hit a pipeline at work")
+	}
+	p := e.startPipeline(cfgPath)
+	input.Wait(t)
+	end := e.inputEnd()
+	WaitFor(t, drainBound, "the group's committed offsets to reach the input end", func() (bool, string) {
+		select {
+		case <-p.Exited():
+			t.Fatalf("the pipeline exited on its own:\n%s", p.Tail(40))
+		default:
+		}
+		_, c, err := e.committed()
+		if err != nil {
+			return false, err.Error()
+		}
+		return offsetsReached(c, end), fmt.Sprintf("committed %v, input end %v", sorted(c), sorted(end))
+	})
+	p.Term()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	out, err := offsets.ReadToEnd(ctx, e.cl, e.output, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]struct{ N, Total int64 }{}
+	for _, r := range out {
+		var v struct{ N, Total int64 }
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("output %s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err)
+		}
+		got[string(r.Key)] = v
+	}
+	bad := 0
+	for k := range keys {
+		key := "k" + strconv.Itoa(k)
+		// Key k gets seqs k, k+keys, k+2*keys, ... below records.
+		var n, total int64
+		for s := k; s < records; s += keys {
+			n++
+			total += int64(s)
+		}
+		if g := got[key]; g.N != n || g.Total != total {
+			if bad++; bad <= 5 {
+				t.Errorf("key %s: count %d sum %d, want %d and %d", key, g.N, g.Total, n, total)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d keys wrong", bad, keys)
+	}
+	t.Logf("figures: %s backend, %d records, %d keys, %d SIGKILLs, %v, every count and sum exact", backend, records, keys, kills, time.Since(start).Round(time.Millisecond))
+}
