@@ -257,3 +257,29 @@ func TestAggregateTTLForgetsIdleKeys(t *testing.T) {
 		t.Fatalf("after the TTL the key should start afresh at seq 10 with 5 records; got %v", got)
 	}
 }
+
+func TestCorruptChangelogIsAStartupErrorNamingWhere(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 1)
+	k.input("in", 50, 5, nil)
+	first := newPipeline(t, k, fmt.Sprintf(aggregating, "update"), nil)
+	runUntilCommitted(t, k, first, "t", "in")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	changelog := ChangelogTopic("t", "per_key")
+	bad := &kgo.Record{Topic: changelog, Partition: 0, Key: []byte{0x01, 0xff}, Value: []byte("garbage")}
+	res := k.cl.ProduceSync(ctx, bad)
+	if err := res.FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	off := res[0].Record.Offset
+	k.input("in", 5, 5, nil)
+	second := newPipeline(t, k, fmt.Sprintf(aggregating, "update"), nil)
+	err := second.Run(ctx)
+	want := []string{"step per_key", "task 0", changelog, fmt.Sprintf("offset %d", off)}
+	for _, w := range want {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Fatalf("error does not name %q: %v", w, err)
+		}
+	}
+}
