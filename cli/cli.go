@@ -65,6 +65,8 @@ Usage:
                                    list (and abort) transactions left open on outputs
   pipeline audit -c FILE           check the pipeline's history against its topics
                                    (exit 0 only when every check holds)
+  pipeline state reset -c FILE --step NAME
+                                   delete one stateful step's state (pipeline stopped)
   pipeline version                 print the version
 
 Exit status: 0 ok, 1 runtime failure, 2 bad usage or configuration.
@@ -125,6 +127,8 @@ func (e *env) dispatch(ctx context.Context, args []string) error {
 		return e.transactions(ctx, rest)
 	case "audit":
 		return e.audit(ctx, rest)
+	case "state":
+		return e.stateCmd(ctx, rest)
 	case "version", "--version", "-version":
 		fmt.Fprintln(e.stdout, "pipeline", Version)
 		return nil

@@ -135,3 +135,33 @@ func pidOf(t *testing.T, ctx context.Context, adm *kadm.Client) int64 {
 	})
 	return pid
 }
+
+func TestStateReset(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "st-per_key-changelog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dir := t.TempDir()
+	cfg := writeFile(t, fmt.Sprintf(`name: st
+brokers: [%s]
+state: {backend: pebble, dir: %q}
+sources: {in: {topics: [in]}}
+steps: [{name: per_key, aggregate: {fields: {n: count}}}]
+sinks: {out: {topic: out}}
+`, c.ListenAddrs()[0], dir))
+	if code, _, errs := runCLI(t, "state", "reset", "-c", cfg, "--step", "nope"); code != 2 || !strings.Contains(errs, `not a stateful step of this pipeline (stateful: [per_key])`) {
+		t.Fatalf("a bad step: exit %d %s", code, errs)
+	}
+	code, out, errs := runCLI(t, "state", "reset", "-c", cfg, "--step", "per_key")
+	if code != 0 || !strings.Contains(out, "deleted changelog topic st-per_key-changelog (2 partitions)") || !strings.Contains(out, "reset the local state of step per_key") {
+		t.Fatalf("state reset: exit %d\n%s%s", code, out, errs)
+	}
+	if c.TopicInfo("st-per_key-changelog") != nil {
+		t.Fatal("the changelog topic still exists")
+	}
+	code, out, _ = runCLI(t, "state", "reset", "-c", cfg, "--step", "per_key")
+	if code != 0 || !strings.Contains(out, "does not exist") {
+		t.Fatalf("second reset: exit %d\n%s", code, out)
+	}
+}

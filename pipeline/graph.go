@@ -365,3 +365,20 @@ func rekeyedBy(n *node) *node {
 	}
 	return nil
 }
+
+// IsStateful reports whether the step named name keeps keyed state.
+func (g *Graph) IsStateful(name string) bool {
+	n, ok := g.byName[name]
+	return ok && n.stateful() != nil
+}
+
+// StatefulSteps names the steps that keep keyed state.
+func (g *Graph) StatefulSteps() []string {
+	var out []string
+	for _, n := range g.nodes {
+		if n.stateful() != nil {
+			out = append(out, n.name)
+		}
+	}
+	return out
+}
