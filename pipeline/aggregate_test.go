@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -282,4 +283,106 @@ func TestCorruptChangelogIsAStartupErrorNamingWhere(t *testing.T) {
 			t.Fatalf("error does not name %q: %v", w, err)
 		}
 	}
+}
+
+// TestRekeyedAggregateIsExactlyOnce partitions input by user and counts by
+// region: key_by moves each record through the repartition topic to the
+// task that owns its region. Checkpoints abort on purpose along the way.
+func TestRekeyedAggregateIsExactlyOnce(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 3)
+	const n, users, regions = 12000, 50, 7
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var rs []*kgo.Record
+	want := map[string][2]int{}
+	for i := range n {
+		user, region := "u"+strconv.Itoa(i%users), "r"+strconv.Itoa(i%regions)
+		rs = append(rs, &kgo.Record{Topic: "in", Key: []byte(user), Value: fmt.Appendf(nil, `{"user":%q,"region":%q,"seq":%d}`, user, region, i)})
+		w := want[region]
+		want[region] = [2]int{w[0] + 1, w[1] + i}
+	}
+	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	body := `
+instance_id: i1
+checkpoint: {interval: 100ms, timeout: 10s, max_records: 1500}
+transactions: {timeout: 20s}
+sources: {in: {topics: [in]}}
+steps:
+  - name: by_region
+    key_by: value.region
+  - name: per_region
+    aggregate:
+      fields: {n: count, total: {sum: value.seq}}
+      emit: checkpoint
+sinks: {out: {topic: out}}
+`
+	var aborted atomic.Int64
+	p := newPipeline(t, k, body, nil, WithBeforeCommit(func(cp Checkpoint) error {
+		if cp.ID%3 == 0 && cp.Records > 0 {
+			aborted.Add(1)
+			return errors.New("injected")
+		}
+		return nil
+	}))
+	if s := p.Graph().Summary(); !strings.Contains(s, "key_by by_region<-in->t-by_region-repartition") {
+		t.Fatalf("summary %s", s)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	// Done when the group has committed the end of the input and, on the
+	// repartition topic, the offset after its last record (a transactional
+	// topic ends with a marker no consumer commits past).
+	wctx, wcancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer wcancel()
+	if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+		t.Fatal(err)
+	}
+	repart := RepartitionTopic("t", "by_region")
+	for {
+		recs, err := offsets.ReadToEnd(wctx, k.cl, repart, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := map[int32]int64{}
+		for _, r := range recs {
+			next[r.Partition] = r.Offset + 1
+		}
+		offs, err := k.adm.FetchOffsets(wctx, "t")
+		done := len(recs) == n && err == nil
+		for p, o := range next {
+			if c, ok := offs.Lookup(repart, p); !ok || c.At < o {
+				done = false
+			}
+		}
+		if done {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			t.Fatalf("the group did not consume the repartition topic: %d records there, offsets %v", len(recs), offs)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if aborted.Load() == 0 {
+		t.Fatal("no checkpoint was aborted")
+	}
+	got := latest(t, k)
+	if len(got) != regions {
+		t.Fatalf("%d regions in the output, want %d: %v", len(got), regions, got)
+	}
+	for region, w := range want {
+		g := got[region]
+		if g["n"] != w[0] || g["total"] != w[1] {
+			t.Errorf("region %s: n %v total %v, want %d and %d", region, g["n"], g["total"], w[0], w[1])
+		}
+	}
+	t.Logf("%d records re-keyed by region through the repartition topic, %d checkpoints aborted on purpose", n, aborted.Load())
 }

@@ -25,10 +25,12 @@ type node struct {
 	kind nodeKind
 	op   string // operator kind for steps
 
-	def      Definition   // steps
-	parallel *parallelDef // steps of kind parallel
-	sink     *sinkDef     // sinks
+	def      Definition      // steps
+	parallel *parallelDef    // steps of kind parallel
+	repart   *repartitionDef // the writing half of a key_by step
+	sink     *sinkDef        // sinks
 	source   *config.Source
+	internal bool // a source reading a key_by step's repartition topic
 
 	keyFormat, valueFormat Format // sources
 
@@ -161,6 +163,31 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 			errf(st.Path+".from", "required: there are several sources")
 		}
 		spec := &Spec{Name: st.Name, Kind: st.Kind, Path: opPath, Value: st.Spec, Inputs: len(n.inputs), line: cfg.Line, errs: &errs}
+		if st.Kind == "key_by" {
+			// Two nodes: the writing half takes the step's inputs, and a
+			// source reading the repartition topic takes its name, so
+			// the steps after it read what comes back.
+			d := buildKeyBy(cfg, st, spec)
+			w := &node{name: st.Name + ".repartition", path: st.Path, kind: stepNode, op: st.Kind, repart: d, inputs: n.inputs}
+			for _, in := range w.inputs {
+				if in.node.afterParallel || in.node.parallel != nil {
+					w.afterParallel = true
+				}
+			}
+			if add(w) {
+				for j, in := range w.inputs {
+					in.node.outputs[in.output] = append(in.node.outputs[in.output], edge{to: w, input: j})
+				}
+			}
+			r := &node{name: st.Name, path: st.Path, kind: sourceNode, internal: true, keyFormat: String, valueFormat: JSON}
+			if d != nil {
+				r.source = &config.Source{Name: st.Name, Topics: []string{d.topic}, Format: "json", KeyFormat: "string", Path: st.Path}
+				g.byTopic[d.topic] = r
+			}
+			add(r)
+			prev = r
+			continue
+		}
 		if st.Kind == "parallel" {
 			n.parallel = buildParallel(spec, reg)
 			if n.parallel != nil {
@@ -250,7 +277,7 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 	// A step whose output nobody reads is almost always a mistake in the
 	// YAML (a misspelt from); say so rather than drop records silently.
 	for _, n := range g.nodes {
-		if n.kind != stepNode || n.def == nil {
+		if n.kind != stepNode || n.def == nil || n.repart != nil {
 			continue
 		}
 		if len(n.outputs) == 0 {
@@ -313,8 +340,15 @@ func (g *Graph) Summary() string {
 	for _, n := range g.nodes {
 		switch n.kind {
 		case sourceNode:
+			if n.internal {
+				continue
+			}
 			parts = append(parts, fmt.Sprintf("source %s%v", n.name, n.source.Topics))
 		case stepNode:
+			if n.repart != nil {
+				parts = append(parts, fmt.Sprintf("key_by %s<-%s->%s", strings.TrimSuffix(n.name, ".repartition"), n.inputs[0], n.repart.topic))
+				continue
+			}
 			from := make([]string, len(n.inputs))
 			for i, in := range n.inputs {
 				from[i] = in.String()

@@ -70,6 +70,7 @@ func NewRegistry() *Registry {
 	// parallel is wired by the graph builder, which needs the registry to
 	// build the inner step; it is listed here so Kinds names it.
 	r.kinds["parallel"] = nil
+	r.kinds["key_by"] = nil
 	return r
 }
 

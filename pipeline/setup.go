@@ -35,7 +35,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 	var srcMax int32
 	var errs []error
 	for _, n := range g.nodes {
-		if n.kind != sourceNode {
+		if n.kind != sourceNode || n.internal {
 			continue
 		}
 		for i, t := range n.source.Topics {
@@ -85,6 +85,20 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 			w.partitions = srcMax
 		}
 		if err := ensureTopic(ctx, adm, cfg, w.topic, w.partitions, w.explicit, w.path, log); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Repartition topics: as many partitions as the sources, so that a
+	// key's task number is the same on both sides.
+	for _, n := range g.nodes {
+		if n.repart == nil {
+			continue
+		}
+		p := n.repart.partitions
+		if p == 0 {
+			p = max(srcMax, 1)
+		}
+		if err := ensureTopic(ctx, adm, cfg, n.repart.topic, p, true, n.path, log); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -82,6 +82,8 @@ func newTask(rt *runtime, id TaskID) (*task, error) {
 			op = &sinkOp{def: n.sink, prod: rt}
 		case n.parallel != nil:
 			op = parallelOp{st: rt.stages[n.idx]}
+		case n.repart != nil:
+			op = &repartitionOp{def: n.repart, prod: rt.produce}
 		case n.stateful() != nil:
 			var err error
 			if op, err = n.stateful().NewStatefulOperator(id, t.stores[n.idx]); err != nil {
@@ -119,7 +121,12 @@ func (t *task) run() {
 				break
 			}
 			src := t.rt.g.byTopic[kr.Topic]
-			r := NewRecord(kr, src.keyFormat, src.valueFormat)
+			var r *Record
+			if src.internal {
+				r = repartitionRecord(kr)
+			} else {
+				r = NewRecord(kr, src.keyFormat, src.valueFormat)
+			}
 			t.deliver(src, "", r)
 		}
 	}

@@ -1,0 +1,132 @@
+package pipeline
+
+import (
+	"fmt"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// key_by gives records a new key and moves each to the task that owns it,
+// through an internal repartition topic, as Kafka Streams does:
+//
+//   - name: by_region
+//     key_by: value.region
+//
+// The step writes its records, keyed anew, to <name>-<step>-repartition
+// inside the checkpoint's transaction; the pipeline consumes that topic like
+// a source (read_committed, offsets in the transaction), and the steps that
+// read the key_by step read what comes back. Records of one new key thus
+// reach one task, where keyed state can count them. It costs a round trip
+// through Kafka: what a checkpoint writes there is processed by a later one.
+type repartitionDef struct {
+	name, path string
+	topic      string
+	key        *Expr
+	partitions int32
+}
+
+type keyBySpec struct {
+	Key        string `yaml:"key"`
+	Partitions int32  `yaml:"partitions"`
+}
+
+// RepartitionTopic is the internal topic of a key_by step.
+func RepartitionTopic(pipelineName, step string) string {
+	return pipelineName + "-" + step + "-repartition"
+}
+
+// HeaderValueFormat, on a repartition record, says how its value is
+// encoded: unchanged values keep their source's format, changed ones are
+// JSON.
+const HeaderValueFormat = "pipeline.value-format"
+
+func buildKeyBy(cfg *config.Config, st *config.Step, spec *Spec) *repartitionDef {
+	d := &repartitionDef{name: st.Name, path: st.Path, topic: RepartitionTopic(cfg.Name, st.Name)}
+	switch v := spec.Value.(type) {
+	case string:
+		d.key = spec.Expr("", v, AnyResult)
+	default:
+		var ks keyBySpec
+		if !spec.Decode(&ks) {
+			return nil
+		}
+		if ks.Key == "" {
+			spec.Errorf(".key", "required: the expression of the new key")
+			return nil
+		}
+		if ks.Partitions < 0 {
+			spec.Errorf(".partitions", "must not be negative")
+		}
+		d.key, d.partitions = spec.Expr(".key", ks.Key, AnyResult), ks.Partitions
+	}
+	return d
+}
+
+// repartitionOp re-keys a record and writes it to the repartition topic.
+type repartitionOp struct {
+	def  *repartitionDef
+	prod func(*kgo.Record)
+}
+
+func (o *repartitionOp) Process(ctx *Context, r *Record) error {
+	k, err := ctx.Eval.Eval(o.def.key, r)
+	if err != nil {
+		return err
+	}
+	var key []byte
+	switch t := k.(type) {
+	case nil:
+		return fmt.Errorf("key_by: the new key is null")
+	case string:
+		key = []byte(t)
+	case []byte:
+		key = t
+	default:
+		if key, err = appendJSON(nil, k); err != nil {
+			return fmt.Errorf("key_by: %w", err)
+		}
+	}
+	format := r.Value.format
+	if r.Value.Changed() {
+		format = JSON
+	}
+	value, err := r.Value.Encode(format)
+	if err != nil {
+		return fmt.Errorf("key_by: value: %w", err)
+	}
+	kr := &kgo.Record{Topic: o.def.topic, Key: key, Value: value, Timestamp: r.Timestamp,
+		Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+1)}
+	for _, h := range r.Headers {
+		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: HeaderValueFormat, Value: []byte(format.String())})
+	o.prod(kr)
+	return nil
+}
+
+// repartitionRecord turns a record read back from a repartition topic into
+// a pipeline record: the value in the format its header names, that header
+// removed.
+func repartitionRecord(kr *kgo.Record) *Record {
+	format := JSON
+	for _, h := range kr.Headers {
+		if h.Key == HeaderValueFormat {
+			if f, err := ParseFormat(string(h.Value)); err == nil {
+				format = f
+			}
+		}
+	}
+	r := NewRecord(kr, String, format)
+	out := r.Headers[:0]
+	for _, h := range r.Headers {
+		if h.Key != HeaderValueFormat {
+			out = append(out, h)
+		}
+	}
+	r.Headers = out
+	if len(out) == 0 {
+		r.Headers = nil
+	}
+	return r
+}
