@@ -208,3 +208,107 @@ func checkCounts(t *testing.T, e *env, records, keys int) {
 	}
 	t.Logf("checked %d keys over %d records: every count and sum exact (%d output records read)", keys, records, len(out))
 }
+
+// TestRekeyedCountsSurviveRepeatedSIGKILL counts by a field the input is
+// not partitioned by: key_by re-keys through the repartition topic, and the
+// pipeline is SIGKILLed at random points meanwhile.
+func TestRekeyedCountsSurviveRepeatedSIGKILL(t *testing.T) {
+	requireBinary(t)
+	e := newEnv(t)
+	const partitions, buckets, kills = 4, 97, 5
+	records := 100_000
+	if testing.Short() {
+		records = 30_000
+	}
+	CreateTopics(t, e.adm, partitions, e.input, e.output)
+	cfg := strings.Replace(countConfig(e, partitions, ""), `  - name: per_key
+`, `  - name: by_bucket
+    key_by: "string(value.seq % 97)"
+  - name: per_key
+`, 1)
+	cfgPath := filepath.Join(e.logDir, "rekey.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(e2eSeed(t), 0))
+	span := time.Duration(kills)*maxStopDelay + 5*time.Second
+	input := StartInput(t, e.seeds, InputSpec{Topic: e.input, Records: records, Keys: 1000, Rate: max(1, int(float64(records)/span.Seconds()))})
+	for i := range kills {
+		p := e.startPipeline(cfgPath)
+		delay := minStopDelay + time.Duration(rng.Int64N(int64(maxStopDelay-minStopDelay)))
+		p.sleepOrExit(t.Context(), delay)
+		p.Kill()
+		c, _, err := e.committed()
+		if err != nil || c >= int64(records) {
+			t.Fatalf("SIGKILL %d did not hit a pipeline at work: committed %d (%v)", i+1, c, err)
+		}
+		t.Logf("SIGKILL %d/%d after %v: %d input records committed", i+1, kills, delay.Round(time.Millisecond), c)
+	}
+	p := e.startPipeline(cfgPath)
+	input.Wait(t)
+	end := e.inputEnd()
+	repart := e.group + "-by_bucket-repartition"
+	WaitFor(t, drainBound, "the input and the repartition topic to be consumed", func() (bool, string) {
+		select {
+		case <-p.Exited():
+			t.Fatalf("the pipeline exited on its own:\n%s", p.Tail(40))
+		default:
+		}
+		_, c, err := e.committed()
+		if err != nil || !offsetsReached(c, end) {
+			return false, fmt.Sprintf("input committed %v, end %v (%v)", sorted(c), sorted(end), err)
+		}
+		recs, err := offsets.ReadToEnd(t.Context(), e.cl, repart, true)
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(recs) != records {
+			return false, fmt.Sprintf("%d of %d records in the repartition topic", len(recs), records)
+		}
+		next := map[int32]int64{}
+		for _, r := range recs {
+			next[r.Partition] = r.Offset + 1
+		}
+		offs, _, err := GroupOffsets(t.Context(), e.adm, e.group, repart)
+		if err != nil {
+			return false, err.Error()
+		}
+		for part, o := range next {
+			if offs[part] < o {
+				return false, fmt.Sprintf("repartition %d: committed %d, last record at %d", part, offs[part], o-1)
+			}
+		}
+		return true, ""
+	})
+	p.Term()
+
+	out, err := offsets.ReadToEnd(t.Context(), e.cl, e.output, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]struct{ N, Total int64 }{}
+	for _, r := range out {
+		var v struct{ N, Total int64 }
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatal(err)
+		}
+		got[string(r.Key)] = v
+	}
+	bad := 0
+	for b := range buckets {
+		var n, total int64
+		for s := b; s < records; s += buckets {
+			n++
+			total += int64(s)
+		}
+		if g := got[strconv.Itoa(b)]; g.N != n || g.Total != total {
+			if bad++; bad <= 5 {
+				t.Errorf("bucket %d: count %d sum %d, want %d and %d", b, g.N, g.Total, n, total)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d buckets wrong", bad, buckets)
+	}
+	t.Logf("figures: %d records re-keyed into %d buckets through 5 SIGKILLs: every count and sum exact", records, buckets)
+}
