@@ -386,3 +386,41 @@ sinks: {out: {topic: out}}
 	}
 	t.Logf("%d records re-keyed by region through the repartition topic, %d checkpoints aborted on purpose", n, aborted.Load())
 }
+
+func TestDedupeDropsDuplicatesExactlyOnce(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Every event is sent twice, in a row, under its key.
+	const events, keys = 4000, 20
+	var rs []*kgo.Record
+	for e := range events {
+		key := "k" + strconv.Itoa(e%keys)
+		for copy := range 2 {
+			rs = append(rs, &kgo.Record{Topic: "in", Key: []byte(key), Value: fmt.Appendf(nil, `{"k":%q,"seq":%d,"event":%d}`, key, 2*e+copy, e)})
+		}
+	}
+	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Replace(passThrough, `steps: [{map: "{k: value.k, seq: value.seq}"}]`, `steps: [{dedupe: {id: value.event, ttl: 1h}}]`, 1)
+	var aborted atomic.Int64
+	p := newPipeline(t, k, body, nil, WithBeforeCommit(func(cp Checkpoint) error {
+		if cp.ID%3 == 0 && cp.Records > 0 {
+			aborted.Add(1)
+			return errors.New("injected")
+		}
+		return nil
+	}))
+	runUntilCommitted(t, k, p, "t", "in")
+	if aborted.Load() == 0 {
+		t.Fatal("no checkpoint was aborted")
+	}
+	// Only the first copy of each event (even seq) may come out, once.
+	skip := map[int]bool{}
+	for s := 1; s < 2*events; s += 2 {
+		skip[s] = true
+	}
+	checkExactlyOnce(t, k.readAll("out"), 2*events, skip)
+}

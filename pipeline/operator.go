@@ -67,6 +67,7 @@ func NewRegistry() *Registry {
 	r.mustRegister("route", newRoute)
 	r.mustRegister("union", newUnion)
 	r.mustRegister("aggregate", newAggregate)
+	r.mustRegister("dedupe", newDedupe)
 	// parallel is wired by the graph builder, which needs the registry to
 	// build the inner step; it is listed here so Kinds names it.
 	r.kinds["parallel"] = nil
