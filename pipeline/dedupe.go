@@ -12,8 +12,8 @@ import (
 // dedupe drops a record when one with the same key (and, optionally, the
 // same id) passed within the TTL:
 //
-//	- dedupe: {ttl: 10m}                   # by record key
-//	- dedupe: {id: value.event_id, ttl: 1h} # by record key and event id
+//   - dedupe: {ttl: 10m}                   # by record key
+//   - dedupe: {id: value.event_id, ttl: 1h} # by record key and event id
 //
 // The first record passes and starts the window; duplicates inside it are
 // dropped without extending it. What it has seen is keyed state,
@@ -47,9 +47,11 @@ func newDedupe(s *Spec) (Definition, error) {
 	return d, nil
 }
 
-func (d *dedupe) Outputs() []string                    { return nil }
-func (d *dedupe) Fingerprint() string                  { return d.fp }
-func (d *dedupe) NewOperator(TaskID) (Operator, error) { return nil, fmt.Errorf("dedupe needs a state store") }
+func (d *dedupe) Outputs() []string   { return nil }
+func (d *dedupe) Fingerprint() string { return d.fp }
+func (d *dedupe) NewOperator(TaskID) (Operator, error) {
+	return nil, fmt.Errorf("dedupe needs a state store")
+}
 
 func (d *dedupe) NewStatefulOperator(_ TaskID, st *state.Store) (Operator, error) {
 	seen, err := state.NewValue[int64](st, "seen", state.TTLConfig{TTL: d.ttl, Update: state.OnCreateAndWrite})
