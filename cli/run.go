@@ -2,9 +2,14 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pipeline-run/pipeline/broker"
@@ -58,7 +63,11 @@ func (e *env) run(ctx context.Context, args []string) error {
 		defer demo.close()
 	}
 
-	p, err = pipeline.New(cfg, e.reg,
+	crash, err := crashPoint(os.Getenv("PIPELINE_CRASH_AT"))
+	if err != nil {
+		return err
+	}
+	p, err = pipeline.New(cfg, e.reg, crash,
 		pipeline.WithLogger(log),
 		pipeline.WithSeedBrokers(seeds...),
 		pipeline.WithCheckpointObserver(func(cp pipeline.Checkpoint) {
@@ -131,4 +140,29 @@ func (c *checkpointLog) percentiles() (p50, p99, max time.Duration) {
 	s := slices.Clone(c.commits)
 	slices.Sort(s)
 	return s[len(s)/2], s[(len(s)*99)/100], s[len(s)-1]
+}
+
+// crashPoint reads PIPELINE_CRASH_AT, a fault drill: "POINT:N" makes the
+// process SIGKILL itself at POINT (before-commit or after-commit) of the
+// N-th checkpoint that read records. Empty: no drill.
+func crashPoint(spec string) (pipeline.Option, error) {
+	if spec == "" {
+		return func(*pipeline.Pipeline) {}, nil
+	}
+	point, nth, ok := strings.Cut(spec, ":")
+	n, err := strconv.Atoi(nth)
+	if !ok || err != nil || n < 1 || (point != string(pipeline.BeforeCommit) && point != string(pipeline.AfterCommit)) {
+		return nil, usagef("PIPELINE_CRASH_AT=%q: want before-commit:N or after-commit:N", spec)
+	}
+	seen := 0
+	return pipeline.WithFaultPoint(func(at pipeline.FaultPoint, cp pipeline.Checkpoint) {
+		if string(at) != point {
+			return
+		}
+		if seen++; seen == n {
+			fmt.Fprintf(os.Stderr, "PIPELINE_CRASH_AT: crashing at %s of checkpoint %d\n", at, cp.ID)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}), nil
 }

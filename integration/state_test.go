@@ -312,3 +312,55 @@ func TestRekeyedCountsSurviveRepeatedSIGKILL(t *testing.T) {
 	}
 	t.Logf("figures: %d records re-keyed into %d buckets through 5 SIGKILLs: every count and sum exact", records, buckets)
 }
+
+// TestCrashesAroundTheCommitLoseNoState makes the pipeline SIGKILL itself
+// (PIPELINE_CRASH_AT) just before a checkpoint's commit and, separately,
+// just after the broker confirmed it but before the state store recorded
+// it. Restarted, it must restore exactly the committed changelog: every
+// count exact.
+func TestCrashesAroundTheCommitLoseNoState(t *testing.T) {
+	for _, tc := range []struct{ point, backend string }{
+		{"after-commit", "pebble"}, {"after-commit", "memory"}, {"before-commit", "pebble"},
+	} {
+		t.Run(tc.point+" "+tc.backend, func(t *testing.T) {
+			requireBinary(t)
+			e := newEnv(t)
+			const partitions, keys, records = 3, 1_000, 30_000
+			CreateTopics(t, e.adm, partitions, e.input, e.output)
+			ProduceInput(t, e.seeds, InputSpec{Topic: e.input, Records: records, Keys: keys})
+			extra := ""
+			if tc.backend == "pebble" {
+				extra = fmt.Sprintf("state: {backend: pebble, dir: %q}\n", filepath.Join(e.logDir, "state"))
+			}
+			cfg := strings.Replace(countConfig(e, partitions, extra), "checkpoint: {interval: 300ms, timeout: 10s}",
+				"checkpoint: {interval: 300ms, timeout: 10s, max_records: 2000}", 1)
+			cfgPath := filepath.Join(e.logDir, "count.yaml")
+			if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("PIPELINE_CRASH_AT", tc.point+":4")
+			p := e.startPipeline(cfgPath)
+			state := p.Wait(time.Minute)
+			if ok, status := killedBySIGKILL(state); !ok || !fileContains(p.LogPath(), "PIPELINE_CRASH_AT: crashing at "+tc.point) {
+				t.Fatalf("the crash did not happen at %s: %s\n%s", tc.point, status, p.Tail(20))
+			}
+			if c, _, _ := e.committed(); c == 0 || c >= records {
+				t.Fatalf("the crash did not happen mid-stream: %d of %d committed", c, records)
+			}
+			os.Unsetenv("PIPELINE_CRASH_AT")
+			p = e.startPipeline(cfgPath)
+			end := e.inputEnd()
+			WaitFor(t, drainBound, "the group's committed offsets to reach the input end", func() (bool, string) {
+				_, c, err := e.committed()
+				return err == nil && offsetsReached(c, end), fmt.Sprintf("committed %v, end %v (%v)", sorted(c), sorted(end), err)
+			})
+			p.Term()
+			// After a crash after the commit, the store on disk lags the
+			// changelog by that checkpoint: the restart must replay it.
+			if tc.backend == "pebble" && tc.point == "after-commit" && !fileContains(p.LogPath(), "state restored") {
+				t.Fatalf("the restart replayed no changelog tail:\n%s", p.Tail(20))
+			}
+			checkCounts(t, e, records, keys)
+		})
+	}
+}

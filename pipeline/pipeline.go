@@ -32,6 +32,7 @@ type Pipeline struct {
 	extra []kgo.Opt
 	obs   func(Checkpoint)
 	hook  func(Checkpoint) error
+	fault func(FaultPoint, Checkpoint)
 
 	stats counters
 }
@@ -60,6 +61,27 @@ func WithCheckpointObserver(fn func(Checkpoint)) Option { return func(p *Pipelin
 // and the records are replayed. It exists to inject faults (tests, chaos
 // drills) on any broker; fn runs on the coordinator goroutine.
 func WithBeforeCommit(fn func(Checkpoint) error) Option { return func(p *Pipeline) { p.hook = fn } }
+
+// FaultPoint names a moment of the checkpoint protocol where a fault drill
+// can strike (WithFaultPoint).
+type FaultPoint string
+
+const (
+	// BeforeCommit: outputs, changelog and progress records are written and
+	// acknowledged; the transaction is not committed.
+	BeforeCommit FaultPoint = "before-commit"
+	// AfterCommit: the broker confirmed the commit; the state stores have
+	// not recorded it yet.
+	AfterCommit FaultPoint = "after-commit"
+)
+
+// WithFaultPoint calls fn at each FaultPoint of every checkpoint that read
+// records. It exists for fault drills: `pipeline run` uses it to crash
+// itself at a chosen point (PIPELINE_CRASH_AT), which shows that a crash
+// between the Kafka commit and the local state write loses nothing.
+func WithFaultPoint(fn func(FaultPoint, Checkpoint)) Option {
+	return func(p *Pipeline) { p.fault = fn }
+}
 
 // New builds the graph of cfg with the operators of reg (nil: the built-in
 // ones). It does not touch the network.
@@ -490,6 +512,9 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		return cp
 	}
 
+	if rt.p.fault != nil && cp.Records > 0 {
+		rt.p.fault(BeforeCommit, cp)
+	}
 	// Commit: offsets join the transaction, which commits.
 	committed, err := rt.sink.Commit(cctx)
 	cp.Commit = time.Since(commitStart)
@@ -511,6 +536,9 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	}
 	cp.Committed = true
 	cp.Ranges = rt.track.Commit()
+	if rt.p.fault != nil && cp.Records > 0 {
+		rt.p.fault(AfterCommit, cp)
+	}
 	rt.settleStores(true)
 	rt.p.stats.committed.Add(1)
 	rt.p.stats.in.Add(int64(cp.Records))
