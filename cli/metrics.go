@@ -22,6 +22,10 @@ const (
 	metricRecordsOut         = "pipeline_records_out_total"
 	metricDeadLetters        = "pipeline_dead_letters_total"
 	metricRebuilds           = "pipeline_client_rebuilds_total"
+	metricRestored           = "pipeline_state_restored_records_total"
+	metricStateKeys          = "pipeline_state_keys"
+	metricStateBytes         = "pipeline_state_memory_bytes"
+	metricStateDisk          = "pipeline_state_disk_bytes"
 )
 
 // metrics exposes a pipeline's figures to Prometheus. It lives at the edge:
@@ -56,6 +60,10 @@ func newMetrics(p func() pipeline.Stats) *metrics {
 		counter(metricRecordsOut, "Records written by committed checkpoints, dead letters included.", func(s pipeline.Stats) int64 { return s.RecordsOut }),
 		counter(metricDeadLetters, "Input records sent to the dead-letter topic.", func(s pipeline.Stats) int64 { return s.DeadLetters }),
 		counter(metricRebuilds, "Times the transactional client was rebuilt after an unknown outcome or a fence.", func(s pipeline.Stats) int64 { return s.Rebuilds }),
+		counter(metricRestored, "Changelog records replayed into state stores.", func(s pipeline.Stats) int64 { return s.Restored }),
+		gauge(p, metricStateKeys, "Keys in this instance's state stores as of the last checkpoint (-1: the backend does not count them).", func(s pipeline.Stats) int64 { return s.StateKeys }),
+		gauge(p, metricStateBytes, "Memory held by this instance's state stores as of the last checkpoint.", func(s pipeline.Stats) int64 { return s.StateBytes }),
+		gauge(p, metricStateDisk, "Bytes of state on disk (pebble) as of the last checkpoint.", func(s pipeline.Stats) int64 { return s.StateDisk }),
 		prometheus.NewGoCollector(),
 		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 	)
@@ -90,4 +98,8 @@ func (m *metrics) serve(ctx context.Context, ln net.Listener, log *slog.Logger) 
 		return err
 	}
 	return nil
+}
+
+func gauge(p func() pipeline.Stats, name, help string, f func(pipeline.Stats) int64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f(p())) })
 }

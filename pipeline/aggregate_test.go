@@ -168,6 +168,9 @@ func TestAggregateStateSurvivesRestarts(t *testing.T) {
 			restored := second.Stats().Restored
 			switch backend {
 			case "memory":
+				if st := second.Stats(); st.StateKeys < keys || st.StateBytes <= 0 {
+					t.Fatalf("the memory backend's footprint is not reported: %d keys, %d bytes", st.StateKeys, st.StateBytes)
+				}
 				if restored < keys {
 					t.Fatalf("the second run restored %d changelog records; a memory backend starts empty and must replay every key (%d)", restored, keys)
 				}

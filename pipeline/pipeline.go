@@ -129,10 +129,14 @@ type Stats struct {
 	Aborted     int64 // checkpoints aborted
 	Rebuilds    int64 // times the transactional client was rebuilt
 	Restored    int64 // changelog records replayed into state stores
+	StateKeys   int64 // keys in the state stores of this instance (-1: the backend does not count them)
+	StateBytes  int64 // memory the state stores hold (the memory backend's data and every uncommitted change)
+	StateDisk   int64 // bytes of state on disk (pebble)
 }
 
 type counters struct {
 	in, out, dead, committed, aborted, rebuilds, restored atomic.Int64
+	stateKeys, stateBytes, stateDisk                      atomic.Int64 // as of the last checkpoint
 }
 
 // Stats returns the running totals.
@@ -140,7 +144,8 @@ func (p *Pipeline) Stats() Stats {
 	return Stats{
 		RecordsIn: p.stats.in.Load(), RecordsOut: p.stats.out.Load(), DeadLetters: p.stats.dead.Load(),
 		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(),
-		Restored: p.stats.restored.Load(),
+		Restored: p.stats.restored.Load(), StateKeys: p.stats.stateKeys.Load(), StateBytes: p.stats.stateBytes.Load(),
+		StateDisk: p.stats.stateDisk.Load(),
 	}
 }
 
@@ -230,7 +235,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	rt.shutdown()
 	st := p.Stats()
 	p.log.Info("pipeline stopped", "records_in", st.RecordsIn, "records_out", st.RecordsOut, "dead_letters", st.DeadLetters,
-		"checkpoints_committed", st.Committed, "checkpoints_aborted", st.Aborted, "err", err)
+		"checkpoints_committed", st.Committed, "checkpoints_aborted", st.Aborted, "state_keys", st.StateKeys, "state_bytes", st.StateBytes, "err", err)
 	return err
 }
 

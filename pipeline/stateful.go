@@ -148,7 +148,26 @@ func (rt *runtime) settleStores(committed bool) {
 			}
 		}
 	}
+	var keys, bytes, disk int64
+	for _, t := range rt.tasks {
+		for _, st := range t.stores {
+			if st == nil {
+				continue
+			}
+			s := st.Stats()
+			if s.Keys < 0 || keys < 0 {
+				keys = -1
+			} else {
+				keys += s.Keys
+			}
+			bytes += s.Bytes
+			disk += s.DiskBytes
+		}
+	}
 	rt.mu.Unlock()
+	rt.p.stats.stateKeys.Store(keys)
+	rt.p.stats.stateBytes.Store(bytes)
+	rt.p.stats.stateDisk.Store(disk)
 	for _, t := range broken {
 		t.stop()
 	}
