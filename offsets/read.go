@@ -24,17 +24,39 @@ import (
 // forever. kgo.ProcessFetchPartition says where the next fetch starts
 // whether or not it kept the records it passed over.
 func ReadToEnd(ctx context.Context, cl *kgo.Client, topic string, committed bool) ([]*kgo.Record, error) {
-	return read(ctx, cl, topic, -1, -1, committed)
+	out := map[int32][]*kgo.Record{}
+	parts, err := read(ctx, cl, topic, -1, -1, committed, func(p int32, rs []*kgo.Record, _ Progress) error {
+		out[p] = append(out[p], rs...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var all []*kgo.Record
+	for _, p := range parts {
+		all = append(all, out[p]...)
+	}
+	return all, nil
+}
+
+// Progress says how far a read has come, in offsets.
+type Progress struct {
+	Done, Total int64
 }
 
 // ReadPartition reads one partition of topic with read_committed from
-// offset from (or its start, if later) to its last stable offset.
-func ReadPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32, from int64) ([]*kgo.Record, error) {
-	return read(ctx, cl, topic, partition, from, true)
+// offset from (or its start, if later) to its last stable offset, handing
+// the records to fn a fetch at a time, in offset order, with how far the
+// read has come.
+func ReadPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32, from int64, fn func([]*kgo.Record, Progress) error) error {
+	_, err := read(ctx, cl, topic, partition, from, true, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
+	return err
 }
 
-// read reads topic (only partition only, if >= 0) from max(from, start).
-func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from int64, committed bool) ([]*kgo.Record, error) {
+// read reads topic (only partition only, if >= 0) from max(from, start),
+// handing each fetched batch of a partition to fn; it returns the
+// partitions read, sorted.
+func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from int64, committed bool, fn func(int32, []*kgo.Record, Progress) error) ([]int32, error) {
 	adm := kadm.NewClient(cl)
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err != nil {
@@ -72,7 +94,10 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 		opts.IsolationLevel, isolation = kgo.ReadCommitted(), 1
 	}
 	dec := kgo.DefaultDecompressor()
-	out := map[int32][]*kgo.Record{}
+	var total, done int64
+	for p, t := range to {
+		total += t - next[p]
+	}
 	for {
 		details, err := adm.ListTopics(ctx, topic)
 		if err != nil {
@@ -131,12 +156,17 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 						}
 						return nil, fmt.Errorf("fetching %s/%d at %d: %w", topic, p, next[p], fp.Err)
 					}
-					for _, r := range fp.Records {
-						if r.Offset < to[p] {
-							out[p] = append(out[p], r)
+					recs := fp.Records
+					for len(recs) > 0 && recs[len(recs)-1].Offset >= to[p] {
+						recs = recs[:len(recs)-1]
+					}
+					done += min(nextOffset, to[p]) - min(next[p], to[p])
+					next[p] = max(next[p], nextOffset)
+					if len(recs) > 0 {
+						if err := fn(p, recs, Progress{Done: done, Total: total}); err != nil {
+							return nil, err
 						}
 					}
-					next[p] = max(next[p], nextOffset)
 				}
 			}
 		}
@@ -153,9 +183,5 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 		parts = append(parts, p)
 	}
 	slices.Sort(parts)
-	var all []*kgo.Record
-	for _, p := range parts {
-		all = append(all, out[p]...)
-	}
-	return all, nil
+	return parts, nil
 }

@@ -66,25 +66,34 @@ func (rt *runtime) restore(n *node, id TaskID, st *state.Store) error {
 	from := st.AppliedOffset() + 1
 	ctx, cancel := context.WithTimeout(rt.restoreCtx, 10*time.Minute)
 	defer cancel()
-	start := time.Now()
-	recs, err := offsets.ReadPartition(ctx, rt.sink.Client(), topic, int32(id), from)
-	if err != nil {
-		return fmt.Errorf("restoring step %s, task %d from %s: %w", n.name, id, topic, err)
-	}
-	if len(recs) == 0 {
+	start, lastLog := time.Now(), time.Now()
+	var count int64
+	err := offsets.ReadPartition(ctx, rt.sink.Client(), topic, int32(id), from, func(recs []*kgo.Record, p offsets.Progress) error {
+		crecs := make([]state.ChangelogRecord, len(recs))
+		for i, r := range recs {
+			crecs[i] = state.ChangelogRecord{Key: r.Key, Value: r.Value, Offset: r.Offset}
+		}
+		if err := st.Restore(crecs, recs[len(recs)-1].Offset); err != nil {
+			return err
+		}
+		count += int64(len(recs))
+		rt.p.stats.restored.Add(int64(len(recs)))
+		if time.Since(lastLog) > 2*time.Second {
+			lastLog = time.Now()
+			rt.log.Info("restoring state", "step", n.name, "task", id, "percent", 100*p.Done/max(p.Total, 1),
+				"records", count, "records_per_s", int(float64(count)/time.Since(start).Seconds()))
+		}
 		return nil
-	}
-	crecs := make([]state.ChangelogRecord, len(recs))
-	for i, r := range recs {
-		crecs[i] = state.ChangelogRecord{Key: r.Key, Value: r.Value, Offset: r.Offset}
-	}
-	if err := st.Restore(crecs, recs[len(recs)-1].Offset); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("restoring step %s (%s), task %d from %s: %w", n.name, n.path, id, topic, err)
 	}
+	if count == 0 {
+		return nil
+	}
 	elapsed := time.Since(start)
-	rt.p.stats.restored.Add(int64(len(recs)))
 	rt.log.Info("state restored", "step", n.name, "task", id, "changelog", topic, "from_offset", from,
-		"records", len(recs), "records_per_s", int(float64(len(recs))/max(elapsed.Seconds(), 1e-6)), "duration", elapsed.Round(time.Millisecond))
+		"records", count, "records_per_s", int(float64(count)/max(elapsed.Seconds(), 1e-6)), "duration", elapsed.Round(time.Millisecond))
 	return nil
 }
 
