@@ -44,6 +44,8 @@ func BenchmarkPipeline(b *testing.B) {
 	}{
 		{"pass-through", "[]"},
 		{"filter+map", `[{filter: "value.seq % 10 != 3"}, {map: "{k: value.k, seq: value.seq, twice: value.seq * 2}"}]`},
+		{"keyed-count", `[{aggregate: {fields: {n: count}, emit: checkpoint}}]`},
+		{"keyed-count-every-update", `[{aggregate: {fields: {n: count}}}]`},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
