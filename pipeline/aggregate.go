@@ -26,16 +26,18 @@ import (
 //	    custom:   {reduce: "state + value.n", init: "0"}
 //	  emit: update        # or checkpoint: the changed keys once per checkpoint
 //	  ttl: 24h            # forget keys not updated for this long
+//	  ttl_update: on_write # or on_read_and_write
 //
 // Its state is exactly-once with the outputs: it lives in a state.Store
 // whose changes go to a changelog topic inside each checkpoint's
 // transaction. Records are aggregated by their key as the source
 // partitioned them; a step before it must not re-key.
 type aggregate struct {
-	fields []aggField
-	emit   string
-	ttl    time.Duration
-	fp     string
+	fields    []aggField
+	emit      string
+	ttl       time.Duration
+	ttlUpdate state.TTLUpdate
+	fp        string
 }
 
 type aggKind string
@@ -63,9 +65,10 @@ type aggField struct {
 }
 
 type aggregateSpec struct {
-	Fields map[string]any `yaml:"fields"`
-	Emit   string         `yaml:"emit"`
-	TTL    time.Duration  `yaml:"ttl"`
+	Fields    map[string]any `yaml:"fields"`
+	Emit      string         `yaml:"emit"`
+	TTL       time.Duration  `yaml:"ttl"`
+	TTLUpdate string         `yaml:"ttl_update"`
 }
 
 const defaultCollectMax = 100
@@ -81,6 +84,14 @@ func newAggregate(s *Spec) (Definition, error) {
 	}
 	if as.TTL < 0 {
 		s.Errorf(".ttl", "must not be negative")
+	}
+	switch as.TTLUpdate {
+	case "", "on_write":
+		a.ttlUpdate = state.OnCreateAndWrite
+	case "on_read_and_write":
+		a.ttlUpdate = state.OnReadAndWrite
+	default:
+		s.Errorf(".ttl_update", "must be on_write (the default: a key lives ttl after its last update) or on_read_and_write, found %q", as.TTLUpdate)
 	}
 	if len(as.Fields) == 0 {
 		s.Errorf(".fields", "required: at least one aggregation, e.g. {count: count}")
@@ -177,7 +188,7 @@ func (a *aggregate) NewOperator(TaskID) (Operator, error) {
 }
 
 func (a *aggregate) NewStatefulOperator(_ TaskID, st *state.Store) (Operator, error) {
-	ttl := state.TTLConfig{TTL: a.ttl}
+	ttl := state.TTLConfig{TTL: a.ttl, Update: a.ttlUpdate}
 	v, err := state.NewValue[map[string]any](st, "acc", ttl, state.WithCodec[map[string]any](jsonCodec{}))
 	if err != nil {
 		return nil, err

@@ -211,6 +211,8 @@ func TestAggregateBuildErrors(t *testing.T) {
 			`[{aggregate: {fields: {n: {median: value.x}}}}]`, "steps[0].aggregate.fields.n.median"},
 		{"reduce needs init",
 			`[{aggregate: {fields: {n: {reduce: "state + 1"}}}}]`, "steps[0].aggregate.fields.n.init"},
+		{"ttl_update must name a policy",
+			`[{aggregate: {fields: {n: count}, ttl: 1h, ttl_update: sometimes}}]`, "steps[0].aggregate.ttl_update"},
 		{"emit must be update or checkpoint",
 			`[{aggregate: {fields: {n: count}, emit: sometimes}}]`, "steps[0].aggregate.emit"},
 	}

@@ -676,6 +676,7 @@ func (rt *runtime) revoked(m map[string][]int32) {
 	rt.mu.Unlock()
 	for _, t := range stop {
 		t.stop()
+		rt.dropState(t.id)
 	}
 	if len(stop) > 0 {
 		rt.log.Info("tasks closed after their partitions were revoked", "tasks", len(stop))

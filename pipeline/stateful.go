@@ -196,6 +196,24 @@ func (rt *runtime) dropTasks() {
 	}
 }
 
+// dropState frees the memory backend's copy of a revoked task's state: the
+// new owner restores it from the changelog, and if the partition comes back
+// here it is restored again. Pebble keeps its copy on disk, so that a
+// returning partition replays only the tail.
+func (rt *runtime) dropState(id TaskID) {
+	if _, ok := rt.backend.(*state.Memory); !ok {
+		return
+	}
+	for _, n := range rt.g.nodes {
+		if n.stateful() == nil {
+			continue
+		}
+		if err := state.Reset(rt.backend, rt.cfg.Name+"/"+n.name, int32(id)); err != nil {
+			rt.log.Warn("dropping a revoked task's state", "step", n.name, "task", id, "err", err)
+		}
+	}
+}
+
 // manualPartitioner writes records of the given topics to the partition
 // they name (changelogs: the task's partition; the audit topic) and
 // partitions the others by key, as Kafka's clients do by default.
