@@ -178,15 +178,9 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 	}
 
 	// No transaction left open on an output partition.
-	set := kadm.TopicsSet{}
-	details, err := adm.ListTopics(ctx, spec.Outputs...)
+	set, err := pipeline.PartitionsOf(ctx, adm, spec.Outputs...)
 	if err != nil {
 		return nil, err
-	}
-	for t, d := range details {
-		for p := range d.Partitions {
-			set.Add(t, p)
-		}
 	}
 	hanging, err := pipeline.Hanging(ctx, adm, set, spec.TxnTimeout)
 	if err != nil {

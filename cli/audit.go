@@ -40,13 +40,7 @@ func (e *env) audit(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cl.Close()
-	spec := audit.Spec{Group: cfg.Group, Inputs: g.SourceTopics(), Progress: cfg.Audit.Topic, TxnTimeout: cfg.Transactions.Timeout}
-	for _, s := range cfg.Sinks {
-		spec.Outputs = append(spec.Outputs, s.Topic)
-	}
-	if cfg.DeadLetter.Topic != "" {
-		spec.Outputs = append(spec.Outputs, cfg.DeadLetter.Topic)
-	}
+	spec := audit.Spec{Group: cfg.Group, Inputs: g.SourceTopics(), Outputs: g.OutputTopics(), Progress: cfg.Audit.Topic, TxnTimeout: cfg.Transactions.Timeout}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	r, err := audit.Run(ctx, cl, spec)

@@ -131,16 +131,9 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string) error {
 
 // report reads every sink topic and the dead-letter topic back with
 // read_committed and prints what a user should see.
-func (d *demoRun) report(ctx context.Context, w io.Writer, cfg *config.Config, st pipeline.Stats, cps *checkpointLog, elapsed time.Duration) error {
+func (d *demoRun) report(ctx context.Context, w io.Writer, cfg *config.Config, topics []string, st pipeline.Stats, cps *checkpointLog, elapsed time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	topics := []string{}
-	for _, s := range cfg.Sinks {
-		topics = append(topics, s.Topic)
-	}
-	if cfg.DeadLetter.Topic != "" {
-		topics = append(topics, cfg.DeadLetter.Topic)
-	}
 	counts, samples, err := readBack(ctx, d.cl, topics, 3)
 	if err != nil {
 		return err

@@ -109,7 +109,7 @@ func (e *env) run(ctx context.Context, args []string) error {
 		return err
 	}
 	if demo != nil {
-		return demo.report(context.WithoutCancel(ctx), e.stdout, cfg, p.Stats(), &cps, elapsed)
+		return demo.report(context.WithoutCancel(ctx), e.stdout, cfg, p.Graph().OutputTopics(), p.Stats(), &cps, elapsed)
 	}
 	return nil
 }

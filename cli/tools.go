@@ -149,7 +149,7 @@ func (e *env) transactions(ctx context.Context, args []string) error {
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	cfg, _, err := e.loadConfig(*path)
+	cfg, g, err := e.loadConfig(*path)
 	if err != nil {
 		return err
 	}
@@ -160,22 +160,10 @@ func (e *env) transactions(ctx context.Context, args []string) error {
 	defer adm.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	topics := []string{}
-	for _, s := range cfg.Sinks {
-		topics = append(topics, s.Topic)
-	}
-	if cfg.DeadLetter.Topic != "" {
-		topics = append(topics, cfg.DeadLetter.Topic)
-	}
-	details, err := adm.ListTopics(ctx, topics...)
+	topics := g.OutputTopics()
+	set, err := pipeline.PartitionsOf(ctx, adm, topics...)
 	if err != nil {
 		return err
-	}
-	set := kadm.TopicsSet{}
-	for t, d := range details {
-		for p := range d.Partitions {
-			set.Add(t, p)
-		}
 	}
 	if *older == 0 {
 		*older = cfg.Transactions.Timeout

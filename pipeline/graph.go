@@ -416,3 +416,21 @@ func (g *Graph) StatefulSteps() []string {
 	}
 	return out
 }
+
+// OutputTopics returns every topic the pipeline writes outputs to: its
+// sinks' and the dead-letter topic, sorted.
+func (g *Graph) OutputTopics() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range g.sinks {
+		if n.sink != nil && !seen[n.sink.topic] {
+			seen[n.sink.topic] = true
+			out = append(out, n.sink.topic)
+		}
+	}
+	if g.dlq != "" && !seen[g.dlq] {
+		out = append(out, g.dlq)
+	}
+	sort.Strings(out)
+	return out
+}

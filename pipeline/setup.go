@@ -194,22 +194,9 @@ func ensureTopicWith(ctx context.Context, adm *kadm.Client, cfg *config.Config, 
 // offset and stalls every read_committed reader. `pipeline transactions`
 // lists and aborts them.
 func reportHanging(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) {
-	set := kadm.TopicsSet{}
-	topics := []string{}
-	for _, s := range g.sinks {
-		topics = append(topics, s.sink.topic)
-	}
-	if g.dlq != "" {
-		topics = append(topics, g.dlq)
-	}
-	details, err := adm.ListTopics(ctx, topics...)
+	set, err := PartitionsOf(ctx, adm, g.OutputTopics()...)
 	if err != nil {
 		return
-	}
-	for t, d := range details {
-		for p := range d.Partitions {
-			set.Add(t, p)
-		}
 	}
 	hanging, err := Hanging(ctx, adm, set, cfg.Transactions.Timeout)
 	if err != nil {
@@ -218,8 +205,23 @@ func reportHanging(ctx context.Context, adm *kadm.Client, cfg *config.Config, g 
 	}
 	for _, h := range hanging {
 		log.Warn("hanging transaction on an output partition; read_committed readers are stalled behind it until it ends (see `pipeline transactions`)",
-			"topic", h.Topic, "partition", h.Partition, "producer_id", h.ProducerID, "start_offset", h.StartOffset, "open_for", h.OpenFor.Round(time.Second))
+			"topic", h.Topic, "partition", h.Partition, "producer_id", h.ProducerID, "start_offset", h.StartOffset, "reason", h.Reason)
 	}
+}
+
+// PartitionsOf returns the partitions of the topics that exist.
+func PartitionsOf(ctx context.Context, adm *kadm.Client, topics ...string) (kadm.TopicsSet, error) {
+	details, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, err
+	}
+	set := kadm.TopicsSet{}
+	for t, d := range details {
+		for p := range d.Partitions {
+			set.Add(t, p)
+		}
+	}
+	return set, nil
 }
 
 // HangingTxn is a transaction open on a partition that its transaction
