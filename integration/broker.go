@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"crypto/rand"
 	"debug/buildinfo"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -27,8 +29,8 @@ import (
 type Broker interface {
 	// Addr is the bootstrap address, host:port[,host:port...].
 	Addr() string
-	// Kind names the provider: "external", "kfake-process"; later
-	// "kafka-local", "testcontainers".
+	// Kind names the provider: "external", "kafka-local",
+	// "testcontainers" or "kfake-process".
 	Kind() string
 	// Version describes the broker software as well as it can be known.
 	Version() string
@@ -69,13 +71,13 @@ type brokerProvider struct {
 // not get.
 //
 //  1. external: KAFKA_BOOTSTRAP is set. Someone else runs it; no restarts.
-//  2. kafka-local (to add): KAFKA_LOCAL=1 runs Apache Kafka in KRaft mode
-//     from its published jars with the machine's Java through
-//     scripts/kafka-local.sh, whose start (prints the address last), stop,
-//     kill, version and clean commands map onto Broker one to one. Its exit
-//     status 3 (no Java or Maven) must fail the run like any other error:
-//     KAFKA_LOCAL=1 asked for a real broker.
-//  3. testcontainers (to add): a KRaft container where Docker answers.
+//  2. kafka-local: KAFKA_LOCAL=1 runs Apache Kafka in KRaft mode from its
+//     published jars with the machine's Java through scripts/kafka-local.sh
+//     (broker_kafkalocal.go). Its exit status 3 (no Java or Maven) fails the
+//     run like any other error: KAFKA_LOCAL=1 asked for a real broker.
+//  3. testcontainers: Apache Kafka's official image in a container where a
+//     Docker engine answers (broker_testcontainers.go);
+//     INTEGRATION_NO_DOCKER=1 turns it off. Restartable.
 //  4. kfake-process: `pipeline broker` (franz-go kfake) as a child process
 //     with a persistent data dir; restartable.
 //
@@ -83,6 +85,8 @@ type brokerProvider struct {
 // errNotApplicable (wrapped, with the reason) when its trigger is absent.
 var brokerProviders = []brokerProvider{
 	{"external", startExternal},
+	{"kafka-local", startKafkaLocal},
+	{"testcontainers", startTestcontainers},
 	{"kfake-process", startKfakeProcess},
 }
 
@@ -343,3 +347,27 @@ func (b *kfakeProcess) Close() {
 
 // logTailer is implemented by brokers whose logs the suite holds.
 type logTailer interface{ LogTail(n int) string }
+
+// moduleRoot walks up from the working directory to the go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

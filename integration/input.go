@@ -63,6 +63,12 @@ type InputSpec struct {
 	Keys    int
 	// Rate is records per second; 0 produces as fast as the broker takes them.
 	Rate int
+	// Hold, when positive, holds back the records from seq Hold on until
+	// Release raises the limit: a test that must inject a fault while input
+	// is still to come (mid-stream, whatever the pipeline's speed) keeps the
+	// tail back until the fault is over. Time spent held does not count:
+	// once released, the input goes on at Rate.
+	Hold int
 }
 
 // InputKey is the key of input record seq.
@@ -85,6 +91,9 @@ type InputProducer struct {
 	acked atomic.Int64
 	mu    sync.Mutex
 	err   error // the first produce error
+
+	limit    atomic.Int64  // records below this seq may be produced
+	released chan struct{} // signalled when limit rises
 }
 
 // StartInput starts producing spec to its topic with a plain idempotent
@@ -98,12 +107,22 @@ func StartInput(t testing.TB, seeds []string, spec InputSpec) *InputProducer {
 		kgo.SeedBrokers(seeds...),
 		kgo.DefaultProduceTopic(spec.Topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// The topic exists (tests create theirs first), but a Kafka broker
+		// that has just created it or is restarting can still answer
+		// UNKNOWN_TOPIC_OR_PARTITION for a moment; the client's default is
+		// to fail records after four of those, which would stop the input
+		// and leave the pipeline idle through no fault of its own.
+		kgo.UnknownTopicRetries(-1),
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &InputProducer{spec: spec, cancel: cancel, done: make(chan struct{})}
+	p := &InputProducer{spec: spec, cancel: cancel, done: make(chan struct{}), released: make(chan struct{}, 1)}
+	p.limit.Store(int64(spec.Records))
+	if spec.Hold > 0 {
+		p.limit.Store(int64(min(spec.Hold, spec.Records)))
+	}
 	go func() {
 		defer close(p.done)
 		defer cl.Close()
@@ -133,6 +152,14 @@ func (p *InputProducer) firstErr() error {
 func (p *InputProducer) run(ctx context.Context, cl *kgo.Client) {
 	start := time.Now()
 	for seq := range p.spec.Records {
+		if int64(seq) >= p.limit.Load() {
+			held := time.Now()
+			if !p.waitRelease(ctx, seq) {
+				p.fail(fmt.Errorf("input stopped at seq %d of %d while held: %w", seq, p.spec.Records, ctx.Err()))
+				return
+			}
+			start = start.Add(time.Since(held))
+		}
 		if p.spec.Rate > 0 && seq%100 == 0 {
 			// Pace in steps of 100 records: the due time of record seq is
 			// seq/Rate after the start, whatever the producer's hiccups.
@@ -169,6 +196,34 @@ func (p *InputProducer) run(ctx context.Context, cl *kgo.Client) {
 	}
 	if err := cl.Flush(ctx); err != nil {
 		p.fail(fmt.Errorf("flushing input: %w", err))
+	}
+}
+
+// waitRelease waits until seq is below the limit; false if ctx ended first.
+func (p *InputProducer) waitRelease(ctx context.Context, seq int) bool {
+	for int64(seq) >= p.limit.Load() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.released:
+		}
+	}
+	return true
+}
+
+// Release lets the producer go on up to (not including) seq upTo; a spec
+// without Hold is never held.
+func (p *InputProducer) Release(upTo int) {
+	upTo = min(upTo, p.spec.Records)
+	for {
+		cur := p.limit.Load()
+		if int64(upTo) <= cur || p.limit.CompareAndSwap(cur, int64(upTo)) {
+			break
+		}
+	}
+	select {
+	case p.released <- struct{}{}:
+	default: // a wake-up is already pending
 	}
 }
 

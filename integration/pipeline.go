@@ -66,8 +66,13 @@ func (c PipelineConfig) Write(t testing.TB, dir string) string {
 	return path
 }
 
-// StartPipeline starts `bin run -c cfgPath`, its output under logDir.
+// StartPipeline starts `bin run -c cfgPath`, its output under logDir, at
+// the log level E2E_LOG_LEVEL names (the binary's default if unset).
 func StartPipeline(t testing.TB, logDir, bin, cfgPath string) *Process {
 	t.Helper()
-	return StartProcess(t, logDir, "pipeline", bin, "run", "-c", cfgPath)
+	args := []string{"run", "-c", cfgPath}
+	if l := os.Getenv("E2E_LOG_LEVEL"); l != "" {
+		args = append(args, "--log-level", l)
+	}
+	return StartProcess(t, logDir, "pipeline", bin, args...)
 }

@@ -5,6 +5,8 @@
 #
 # Usage: scripts/kafka-local.sh COMMAND
 #
+#   prepare   check for Java and fetch the jars if needed, start nothing
+#             (exit 3 says what is missing, as start would).
 #   start     fetch the jars if needed, format the data dir if it is new, start
 #             the broker in the background and wait until it is ready; prints
 #             the bootstrap address (127.0.0.1:PORT) as the last line of stdout.
@@ -431,6 +433,11 @@ usage() {
 }
 
 case ${1:-} in
+prepare)
+	find_java
+	fetch_jars
+	log "Kafka $VERSION ready to run with $JAVA (jars in $LIB_DIR)"
+	;;
 start) cmd_start ;;
 stop) cmd_stop ;;
 kill) cmd_kill ;;

@@ -85,7 +85,7 @@ func TestMask(t *testing.T) {
 			name:    "a value that is not JSON fails the record",
 			fields:  []string{"email"},
 			value:   `{"email":`,
-			wantErr: "value: decoding: unexpected EOF",
+			wantErr: "value: decoding: invalid JSON at byte 9: unexpected end of input",
 		},
 	}
 	for _, tt := range tests {
