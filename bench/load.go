@@ -1,0 +1,186 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// prefill writes n keyed records of size bytes to topic, seqs 0 to n-1,
+// and waits until every one is acknowledged.
+func prefill(ctx context.Context, cl *kgo.Client, topic string, n int64, size int) error {
+	var perr firstErr
+	done := func(_ *kgo.Record, err error) { perr.set(err) }
+	now := time.Now().UnixMicro()
+	for seq := range n {
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Key: Key(nil, seq), Value: Value(nil, seq, now, size)}, done)
+		if seq%10000 == 0 {
+			if err := perr.get(); err != nil {
+				break
+			}
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	if err := perr.get(); err != nil {
+		return fmt.Errorf("filling %s: %w", topic, err)
+	}
+	return nil
+}
+
+// rateProducer sends records to a topic at a fixed rate, each value
+// stamped with the time it is handed to the client.
+type rateProducer struct {
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	sent    atomic.Int64
+	err     firstErr
+	elapsed time.Duration // from the start to the last tick; set when it stops
+}
+
+// startRate starts sending to topic at rate records/s, seqs from 0, until
+// Stop. It catches up in whole milliseconds: each tick sends what is due.
+func startRate(ctx context.Context, cl *kgo.Client, topic string, rate float64, size int) *rateProducer {
+	p := &rateProducer{stop: make(chan struct{})}
+	done := func(_ *kgo.Record, err error) { p.err.set(err) }
+	p.wg.Go(func() {
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		start := time.Now()
+		defer func() { p.elapsed = time.Since(start) }()
+		var seq int64
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.stop:
+				return
+			case now := <-t.C:
+				// Produce blocks when the client's buffer is full: a broker
+				// that cannot keep up shows as an achieved rate below rate.
+				due := int64(rate * now.Sub(start).Seconds())
+				ts := time.Now().UnixMicro()
+				for ; seq < due; seq++ {
+					cl.Produce(ctx, &kgo.Record{Topic: topic, Key: Key(nil, seq), Value: Value(nil, seq, ts, size)}, done)
+				}
+				p.sent.Store(seq)
+			}
+		}
+	})
+	return p
+}
+
+// Stop stops sending, waits until everything sent is acknowledged, and
+// returns how many records were sent. Achieved is valid after it.
+func (p *rateProducer) Stop(ctx context.Context, cl *kgo.Client) (int64, error) {
+	close(p.stop)
+	p.wg.Wait()
+
+	if err := cl.Flush(ctx); err != nil {
+		return p.sent.Load(), err
+	}
+	return p.sent.Load(), p.err.get()
+}
+
+// observer is a read_committed consumer of an arm's output that notes when
+// each output first appears. Only its own goroutine writes arrivals and
+// sent; read them after Stop.
+type observer struct {
+	cl       *kgo.Client
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	keep     func(seq int64) bool // the arm's filter; nil: every seq has an output
+	arrivals []int64              // by seq: Unix microseconds it was polled; 0: not yet
+	sent     []int64              // by seq: the send time in its value
+	distinct atomic.Int64
+	// complete is the lowest seq whose output is still to come: every
+	// output below it has appeared.
+	complete atomic.Int64
+	firstAt  atomic.Int64 // Unix microseconds of the first output
+	err      firstErr
+}
+
+func startObserver(ctx context.Context, seeds []string, topic string, keep func(int64) bool) (*observer, error) {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(seeds...),
+		kgo.ClientID("bench-observer"),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(500*time.Millisecond),
+	)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	o := &observer{cl: cl, cancel: cancel, keep: keep}
+	o.wg.Go(func() {
+		for {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if err := fetchErr(fs); err != nil {
+				o.err.set(err)
+			}
+			now := time.Now().UnixMicro()
+			fs.EachRecord(func(r *kgo.Record) {
+				seq, ok1 := Seq(r.Value)
+				ts, ok2 := SentAt(r.Value)
+				if !ok1 || !ok2 || seq < 0 {
+					return
+				}
+				for int64(len(o.arrivals)) <= seq {
+					o.arrivals = append(o.arrivals, 0)
+					o.sent = append(o.sent, 0)
+				}
+				if o.arrivals[seq] == 0 {
+					o.arrivals[seq], o.sent[seq] = now, ts
+					o.distinct.Add(1)
+				}
+			})
+			if o.distinct.Load() > 0 {
+				o.firstAt.CompareAndSwap(0, now)
+			}
+			low := o.complete.Load()
+			for low < int64(len(o.arrivals)) && (o.arrivals[low] != 0 || (o.keep != nil && !o.keep(low))) {
+				low++
+			}
+			o.complete.Store(low)
+		}
+	})
+	return o, nil
+}
+
+// Stop stops the observer and closes its client.
+func (o *observer) Stop() {
+	o.cancel()
+	o.wg.Wait()
+	o.cl.Close()
+}
+
+// latencies returns, for every seq below n sent at or after from (Unix
+// microseconds), the time from its sending to its appearing.
+func (o *observer) latencies(from, n int64) []time.Duration {
+	var out []time.Duration
+	for seq := int64(0); seq < n && seq < int64(len(o.arrivals)); seq++ {
+		if o.arrivals[seq] == 0 || o.sent[seq] < from {
+			continue
+		}
+		out = append(out, time.Duration(o.arrivals[seq]-o.sent[seq])*time.Microsecond)
+	}
+	return out
+}
+
+// Achieved returns the rate actually sent at, once stopped.
+func (p *rateProducer) Achieved() float64 {
+	if p.elapsed <= 0 {
+		return 0
+	}
+	return float64(p.sent.Load()) / p.elapsed.Seconds()
+}

@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options configures a benchmark run. ParseFlags fills it from the command
+// line; Validate checks it.
+type Options struct {
+	Broker          string          // "embedded", or comma-separated host:port seeds
+	Label           string          // how results name the broker; default "embedded" or "kafka"
+	Records         int             // backlog size, in records
+	Sizes           []int           // record (value) sizes, in bytes
+	Partitions      []int           // partition counts of the input and output topics
+	Intervals       []time.Duration // checkpoint intervals (and the peer's commit cadence)
+	Rounds          int             // throughput rounds; arms interleave round by round
+	Arms            []string        // arm names, in order
+	Warmup          bool            // one unrecorded run of every arm before the first round
+	Latency         bool            // also measure latency at a fixed rate
+	LatencyFor      time.Duration   // how long each latency run measures (at least 3 intervals)
+	MaxRecords      int             // checkpoint.max_records, and the peer's records per transaction
+	RunTimeout      time.Duration   // one arm run's limit
+	JSON, CSV       string          // result files; "" for none
+	Plot            string          // PNG of throughput against checkpoint interval; "" for none
+	Report          []string        // summarise these JSON result files (tables, Plot, JSON, CSV) instead of running
+	CPUProfile      string          // write a CPU profile of one extra run of ProfileArm
+	ProfileArms     []string        // the arms to profile, one run each
+	ProfileInterval time.Duration   // its checkpoint interval
+	ProfileRecords  int             // its backlog
+	LogLevel        slog.Level      // of the pipeline's and the broker's logs, to stderr
+}
+
+// ArmNames lists the arms in the order they are reported. keyed-count runs
+// only when the pipeline has an aggregate operator.
+var ArmNames = []string{"copy", "copy-rc", "peer", "pass", "filter-map", "keyed-count"}
+
+// ParseFlags parses the command line. It returns an error wrapping
+// ErrUsage (or flag.ErrHelp) on bad usage; messages and help go to w.
+func ParseFlags(args []string, w io.Writer) (Options, error) {
+	o := Options{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(w)
+	fs.StringVar(&o.Broker, "broker", "embedded", "`embedded` (an in-process broker) or the seed brokers, host:port[,host:port]")
+	fs.StringVar(&o.Label, "label", "", "the broker's name in results and the plot (default: embedded or kafka)")
+	fs.IntVar(&o.Records, "records", 200000, "records in the backlog each throughput run reads")
+	sizes := fs.String("size", "100,1024", "record value sizes in bytes, comma-separated")
+	parts := fs.String("partitions", "1,6", "partition counts, comma-separated")
+	intervals := fs.String("intervals", "100ms,1s,5s", "checkpoint intervals (the peer commits at the same cadence), comma-separated")
+	fs.IntVar(&o.Rounds, "rounds", 5, "throughput rounds; every arm runs once per round")
+	arms := fs.String("arms", "all", "arms, comma-separated, or all: "+strings.Join(ArmNames, ", "))
+	fs.BoolVar(&o.Warmup, "warmup", true, "run every arm once, unrecorded, before the first round")
+	fs.BoolVar(&o.Latency, "latency", true, "after the rounds, measure end-to-end latency of every arm at half the slowest arm's throughput")
+	fs.DurationVar(&o.LatencyFor, "latency-duration", 10*time.Second, "how long each latency run measures (at least three checkpoint intervals)")
+	fs.IntVar(&o.MaxRecords, "max-records", 200000, "checkpoint.max_records of the pipeline arms; the peer commits after as many records")
+	fs.DurationVar(&o.RunTimeout, "run-timeout", 5*time.Minute, "limit of one arm run")
+	fs.StringVar(&o.JSON, "json", "", "write every run and the summary as JSON to `file`")
+	fs.StringVar(&o.CSV, "csv", "", "write the summary rows as CSV to `file`")
+	fs.StringVar(&o.Plot, "plot", "", "draw throughput against checkpoint interval to `file` (PNG)")
+	reportFiles := fs.String("report", "", "instead of running, print the tables of these JSON result files (comma-separated), recomputed from their runs, and write -plot, -csv and -json (one file) from them")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "after the sweep, profile one more throughput run of -profile-arm and write the CPU profile to `file`")
+	profArms := fs.String("profile-arm", "pass", "the arms -cpuprofile profiles, comma-separated; with several, each profile's file name gets -ARM before its extension")
+	fs.DurationVar(&o.ProfileInterval, "profile-interval", time.Second, "checkpoint interval of the profiled run")
+	fs.IntVar(&o.ProfileRecords, "profile-records", 1000000, "backlog of the profiled run")
+	logLevel := fs.String("log-level", "error", "level of the pipeline's and the broker's logs on stderr: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return o, err
+		}
+		return o, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return o, usageErrorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if o.Sizes, err = parseInts("-size", *sizes); err != nil {
+		return o, err
+	}
+	if o.Partitions, err = parseInts("-partitions", *parts); err != nil {
+		return o, err
+	}
+	if o.Intervals, err = parseDurations("-intervals", *intervals); err != nil {
+		return o, err
+	}
+	if o.Arms, err = parseArms(*arms); err != nil {
+		return o, err
+	}
+	if o.ProfileArms, err = parseArms(*profArms); err != nil {
+		return o, err
+	}
+	if err := o.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return o, usageErrorf("-log-level: %q is not debug, info, warn or error", *logLevel)
+	}
+	if *reportFiles != "" {
+		o.Report = strings.Split(*reportFiles, ",")
+	}
+	return o, o.Validate()
+}
+
+// Validate checks o; errors wrap ErrUsage.
+func (o *Options) Validate() error {
+	if len(o.Report) > 0 {
+		return nil
+	}
+	switch {
+	case o.Broker == "":
+		return usageErrorf("-broker: empty")
+	case o.Records < 1:
+		return usageErrorf("-records must be at least 1")
+	case o.Rounds < 1:
+		return usageErrorf("-rounds must be at least 1")
+	case o.MaxRecords < 1:
+		return usageErrorf("-max-records must be at least 1")
+	case o.RunTimeout <= 0:
+		return usageErrorf("-run-timeout must be positive")
+	case o.LatencyFor <= 0:
+		return usageErrorf("-latency-duration must be positive")
+	case o.CPUProfile != "" && (o.ProfileRecords < 1 || o.ProfileInterval <= 0):
+		return usageErrorf("-profile-records and -profile-interval must be positive")
+	}
+	for _, s := range o.Sizes {
+		if s < 60 {
+			return usageErrorf("-size %d: records must be at least 60 bytes to hold the seq and the timestamp", s)
+		}
+	}
+	for _, p := range o.Partitions {
+		if p < 1 {
+			return usageErrorf("-partitions %d: must be at least 1", p)
+		}
+	}
+	for _, d := range o.Intervals {
+		if d <= 0 {
+			return usageErrorf("-intervals %s: must be positive", d)
+		}
+	}
+	return nil
+}
+
+func parseInts(name, s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, usageErrorf("%s: %q is not a whole number", name, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseDurations(name, s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for f := range strings.SplitSeq(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil {
+			return nil, usageErrorf("%s: %q is not a duration (like 100ms or 1s)", name, f)
+		}
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func parseArms(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "all" {
+		return slices.Clone(ArmNames), nil
+	}
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if !slices.Contains(ArmNames, f) {
+			return nil, usageErrorf("-arms: unknown arm %q (known: %s)", f, strings.Join(ArmNames, ", "))
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	// Reported in the fixed order, whatever order they were named in.
+	slices.SortFunc(out, func(a, b string) int { return slices.Index(ArmNames, a) - slices.Index(ArmNames, b) })
+	return out, nil
+}

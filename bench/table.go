@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FormatTable writes the rows of one configuration as a Markdown table
+// under a heading.
+func FormatTable(w io.Writer, heading string, rows []Row) {
+	fmt.Fprintf(w, "%s\n\n", heading)
+	t := [][]string{{"arm", "records/s", "±", "MB/s", "× copy", "CPU s/M rec", "tx/s", "sent/s", "p50 ms", "p99 ms", "max ms", "peak RSS MB", "gate"}}
+	for _, r := range rows {
+		if r.Failed != "" {
+			t = append(t, []string{r.Arm, "FAILED", "", "", "", "", "", "", "", "", "", "", "FAILED: " + r.Failed})
+			continue
+		}
+		lat := []string{"–", "–", "–", "–"}
+		if r.Latency {
+			lat = []string{thousands(r.Achieved), fmtMs(r.P50Ms), fmtMs(r.P99Ms), fmtMs(r.MaxMs)}
+		}
+		tx := "–"
+		if r.TxPerSec > 0 {
+			tx = strconv.FormatFloat(r.TxPerSec, 'f', 1, 64)
+		}
+		t = append(t, append(append([]string{
+			r.Arm,
+			thousands(r.RecordsPerSec),
+			fmt.Sprintf("%.0f%%", r.SpreadPct),
+			strconv.FormatFloat(r.MBPerSec, 'f', 1, 64),
+			fmtRatio(r.Ratio),
+			strconv.FormatFloat(r.CPUPerM, 'f', 1, 64),
+			tx,
+		}, lat...), fmt.Sprintf("%.0f", r.PeakRSSMB), "ok"))
+	}
+	writeMarkdown(w, t, "lrrrrrrrrrrrl")
+}
+
+// FormatRatios writes one line per configuration with every arm's
+// records/s relative to the copy arm of the same rounds, and the pipeline
+// pass-through relative to the peer at the same cadence (both medians of
+// per-round ratios).
+func FormatRatios(w io.Writer, arms []string, rows []Row) {
+	head := []string{"size", "partitions", "interval"}
+	for _, a := range arms {
+		if a != "copy" {
+			head = append(head, a+" × copy")
+		}
+	}
+	head = append(head, "pass ÷ peer")
+	t := [][]string{head}
+	align := strings.Repeat("r", len(head))
+	type key struct {
+		size, parts int
+		iv          float64
+	}
+	var order []key
+	byKey := map[key]map[string]Row{}
+	for _, r := range rows {
+		k := key{r.Size, r.Partitions, r.IntervalS}
+		if byKey[k] == nil {
+			byKey[k] = map[string]Row{}
+			order = append(order, k)
+		}
+		byKey[k][r.Arm] = r
+	}
+	for _, k := range order {
+		m := byKey[k]
+		line := []string{fmt.Sprintf("%d B", k.size), strconv.Itoa(k.parts), fmtInterval(time.Duration(k.iv * float64(time.Second)))}
+		for _, a := range arms {
+			if a == "copy" {
+				continue
+			}
+			r, ok := m[a]
+			switch {
+			case !ok:
+				line = append(line, "–")
+			case r.Failed != "":
+				line = append(line, "FAILED")
+			default:
+				line = append(line, fmtRatio(r.Ratio))
+			}
+		}
+		if pass, ok := m["pass"]; ok && pass.Failed == "" {
+			line = append(line, fmtRatio(pass.PeerRatio))
+		} else {
+			line = append(line, "–")
+		}
+		t = append(t, line)
+	}
+	writeMarkdown(w, t, align)
+}
+
+// writeMarkdown writes t (a header row and data rows) as a Markdown table
+// with padded columns; align holds l or r per column.
+func writeMarkdown(w io.Writer, t [][]string, align string) {
+	widths := make([]int, len(t[0]))
+	for _, row := range t {
+		for i, c := range row {
+			widths[i] = max(widths[i], len([]rune(c)), 3)
+		}
+	}
+	line := func(row []string) {
+		var b strings.Builder
+		b.WriteString("|")
+		for i, c := range row {
+			pad := strings.Repeat(" ", widths[i]-len([]rune(c)))
+			if align[i] == 'r' {
+				b.WriteString(" " + pad + c + " |")
+			} else {
+				b.WriteString(" " + c + pad + " |")
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	}
+	line(t[0])
+	var b strings.Builder
+	b.WriteString("|")
+	for i, wd := range widths {
+		if align[i] == 'r' {
+			b.WriteString(" " + strings.Repeat("-", wd-1) + ": |")
+		} else {
+			b.WriteString(" " + strings.Repeat("-", wd) + " |")
+		}
+	}
+	fmt.Fprintln(w, b.String())
+	for _, row := range t[1:] {
+		line(row)
+	}
+	fmt.Fprintln(w)
+}
+
+// thousands formats v rounded to a whole number with comma separators.
+func thousands(v float64) string {
+	s := strconv.FormatInt(int64(math.Round(v)), 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func fmtRatio(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// fmtMs shows milliseconds with one decimal below 10 ms, whole above.
+func fmtMs(v float64) string {
+	if v < 10 {
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return thousands(v)
+}
