@@ -354,16 +354,22 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 			body := strings.Replace(passThrough, `steps: [{map: "{k: value.k, seq: value.seq}"}]`,
 				`steps: [{parallel: {workers: 3, queue: 64, slow: {}}}]`, 1)
 			body = strings.Replace(body, "interval: 100ms", "interval: 20ms", 1)
-			// Every other checkpoint aborts. Without the drain, records a
-			// committed checkpoint left in the workers are produced in the
-			// next transaction; when that one aborts they are gone, as
-			// after a crash.
+			// A checkpoint whose barrier found the workers holding records
+			// commits, and the next one aborts. Without the drain, the held
+			// records are produced in that next transaction, after their
+			// offsets committed, and are gone with it, as after a crash.
 			var aborts atomic.Int64
+			lastHeld, abortNext := heldAtBarrier.Load(), false
 			p := newPipeline(t, k, body, reg, WithBeforeCommit(func(cp Checkpoint) error {
-				if cp.ID%2 == 0 {
+				// Runs on the coordinator goroutine only.
+				held := heldAtBarrier.Load() != lastHeld
+				lastHeld = heldAtBarrier.Load()
+				if abortNext {
+					abortNext = false
 					aborts.Add(1)
 					return errors.New("injected")
 				}
+				abortNext = held
 				return nil
 			}))
 			testSkipDrain.Store(skipDrain)
