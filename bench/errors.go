@@ -9,6 +9,10 @@ import (
 // ErrUsage marks a bad flag or argument: the command exits with status 2.
 var ErrUsage = errors.New("usage")
 
+// ErrFailed reports that at least one arm failed its correctness gate or
+// did not finish; the tables say which.
+var ErrFailed = errors.New("some arms FAILED")
+
 // usageErrorf returns an error wrapping ErrUsage.
 func usageErrorf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))

@@ -141,7 +141,7 @@ func (c *canvas) panel(ox, oy int, res *Results, g group) {
 		}
 	}
 	slices.Sort(ivs)
-	c.text(ox, oy-34, fmt.Sprintf("%s: %d B records, %d partition%s", res.Broker, g.size, g.parts, plural(g.parts)), black, textScale)
+	c.text(ox, oy-34, fmt.Sprintf("%s: %d B, %d partition%s", res.Broker, g.size, g.parts, plural(g.parts)), black, textScale)
 	step, ymax := NiceTicks(top)
 	ypix := func(v float64) int { return oy + plotH - int(math.Round(v/ymax*plotH)) }
 	for v := 0.0; v <= ymax+step/2; v += step {

@@ -2,8 +2,11 @@ package bench
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -98,4 +101,37 @@ func loadAvg() float64 {
 	}
 	v, _ := strconv.ParseFloat(string(f[0]), 64)
 	return v
+}
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	CPUs       int     `json:"cpus"`
+	GOMAXPROCS int     `json:"gomaxprocs"`
+	CPUModel   string  `json:"cpu_model"`
+	Memory     string  `json:"memory"`
+	Go         string  `json:"go"`
+	OS         string  `json:"os"`
+	Load1      float64 `json:"load1"` // the 1-minute load average when the run started
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, Load1: loadAvg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				var kb int64
+				fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+				m.Memory = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+			}
+		}
+	}
+	return m
 }

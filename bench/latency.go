@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// latency feeds arm a a fresh input at rate records/s and times every
+// output a read_committed reader sees. Only records sent in the measuring
+// window count: from the first output's appearing (the group join and the
+// first checkpoint are start-up, not latency) until the window ends. The
+// input keeps flowing until every one of those is visible, so that the
+// last checkpoint is cut as in a steady stream, not held open for want of
+// input.
+func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) LatencyRun {
+	l := LatencyRun{Arm: a.Name, IntervalS: c.Interval.Seconds(), Size: c.Size, Partitions: c.Partitions, Rate: rate}
+	name := h.name(a.Name + "-lat")
+	in, out := name+"-in", name+"-out"
+	defer h.cleanup(name, in, out)
+	fail := func(err error) LatencyRun {
+		l.Err = err.Error()
+		return l
+	}
+	if err := h.createTopics(ctx, c.Partitions, in, out); err != nil {
+		return fail(err)
+	}
+	obs, err := startObserver(ctx, h.seeds, out, a.Keep)
+	if err != nil {
+		return fail(err)
+	}
+	defer obs.Stop()
+	pcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.seeds...), kgo.ClientID("bench-rate")}, tuning()...)...)
+	if err != nil {
+		return fail(err)
+	}
+	defer pcl.Close()
+
+	e := h.env(a, name, in, out, c.Interval, 0)
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- a.run(actx, e) }()
+	prod := startRate(actx, pcl, in, rate, c.Size)
+	stopProducing := func() (int64, error) {
+		sctx, scancel := context.WithTimeout(ctx, time.Minute)
+		defer scancel()
+		return prod.Stop(sctx, pcl)
+	}
+
+	// wait polls cond until it holds, the arm stops, or limit passes.
+	wait := func(what string, limit time.Duration, cond func() bool) error {
+		deadline := time.Now().Add(limit)
+		for !cond() {
+			select {
+			case err := <-errc:
+				errc <- err
+				if err == nil {
+					err = errors.New("stopped")
+				}
+				return fmt.Errorf("%s: the arm stopped: %w", what, err)
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: not within %s", what, limit)
+			}
+		}
+		return nil
+	}
+	limit := c.Interval + time.Minute
+	if err := wait("waiting for the first output", limit, func() bool { return obs.firstAt.Load() != 0 }); err != nil {
+		stopProducing()
+		return fail(err)
+	}
+	ready := obs.firstAt.Load()
+	window := max(h.o.LatencyFor, 3*c.Interval)
+	end := time.Now().Add(window)
+	if err := wait("measuring", window+time.Minute, func() bool { return !time.Now().Before(end) }); err != nil {
+		stopProducing()
+		return fail(err)
+	}
+	cutoff := prod.sent.Load()
+	if err := wait("waiting for the outputs of the window", limit, func() bool { return obs.complete.Load() >= cutoff }); err != nil {
+		stopProducing()
+		return fail(fmt.Errorf("%w (complete up to %d of %d)", err, obs.complete.Load(), cutoff))
+	}
+	sent, err := stopProducing()
+	l.Sent, l.Achieved = sent, prod.Achieved()
+	if err != nil {
+		return fail(fmt.Errorf("producing the input: %w", err))
+	}
+	exp := a.Expect(sent)
+	want := exp.Count()
+	if err := wait("waiting for the last outputs", limit, func() bool { return obs.distinct.Load() >= want }); err != nil {
+		return fail(fmt.Errorf("%w (%d of %d seen)", err, obs.distinct.Load(), want))
+	}
+	cancel()
+	l.Commits, l.Aborts = e.commits.Load(), e.aborts.Load()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fail(fmt.Errorf("stopping: %w", err))
+		}
+	case <-time.After(time.Minute):
+		return fail(errors.New("did not stop within a minute of being told to"))
+	}
+	obs.Stop()
+	if err := obs.err.get(); err != nil {
+		return fail(fmt.Errorf("reading the output: %w", err))
+	}
+	lat := Summarize(obs.latencies(ready, cutoff))
+	l.Measured = lat.Samples
+	l.P50Ms, l.P99Ms, l.MaxMs = ms(lat.P50), ms(lat.P99), ms(lat.Max)
+	gctx, gcancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer gcancel()
+	if err := gate(gctx, h.cl, out, exp); err != nil {
+		return fail(err)
+	}
+	if lat.Samples == 0 {
+		return fail(errors.New("no output to time"))
+	}
+	return l
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

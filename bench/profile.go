@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// profile runs each profiled arm once more, on a backlog of its own, with
+// the CPU profiler on from the arm's start until its last output is
+// visible.
+func (h *harness) profile(ctx context.Context) error {
+	o := h.o
+	as, _ := arms(o.ProfileArms, pipeline.NewRegistry())
+	if len(as) == 0 {
+		return usageErrorf("-profile-arm: none of %v can run", o.ProfileArms)
+	}
+	size, parts := o.Sizes[0], o.Partitions[0]
+	in := h.name("profile-in")
+	if err := h.createTopics(ctx, parts, in); err != nil {
+		return err
+	}
+	defer h.deleteTopics(in)
+	pcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.seeds...), kgo.ClientID("bench-fill")}, tuning()...)...)
+	if err != nil {
+		return err
+	}
+	err = prefill(ctx, pcl, in, int64(o.ProfileRecords), size)
+	pcl.Close()
+	if err != nil {
+		return err
+	}
+	saved := h.o.Records
+	h.o.Records = o.ProfileRecords
+	defer func() { h.o.Records = saved }()
+	for _, a := range as {
+		path := o.CPUProfile
+		if len(as) > 1 {
+			ext := filepath.Ext(path)
+			path = strings.TrimSuffix(path, ext) + "-" + a.Name + ext
+		}
+		var buf bytes.Buffer
+		if err := pprof.StartCPUProfile(&buf); err != nil {
+			return err
+		}
+		r := h.throughputProfiled(ctx, a, o.ProfileInterval, size, parts, in)
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(h.out, "CPU profile of %s (%s checkpoint, %d B, %d partition%s, %d records): %s; %s\n\n",
+			a.Name, o.ProfileInterval, size, parts, plural(parts), o.ProfileRecords, path, brief(r))
+	}
+	return nil
+}
+
+// throughputProfiled is throughput with the profiler stopped as soon as
+// the arm is done, before the gate reads the output back.
+func (h *harness) throughputProfiled(ctx context.Context, a *Arm, iv time.Duration, size, parts int, in string) ThroughputRun {
+	n := int64(h.o.Records)
+	name := h.name(a.Name)
+	out := name + "-out"
+	exp := a.Expect(n)
+	r := ThroughputRun{Arm: a.Name, Size: size, Partitions: parts, Records: n, Outputs: exp.Count(), IntervalS: iv.Seconds()}
+	defer h.cleanup(name, out)
+	if err := h.createTopics(ctx, parts, out); err != nil {
+		pprof.StopCPUProfile()
+		r.Err = err.Error()
+		return r
+	}
+	e := h.env(a, name, in, out, iv, n)
+	e.hooks.wantAcks = exp.Count()
+	cpu0 := cpuTime()
+	err := h.runUntilDone(ctx, a, e)
+	pprof.StopCPUProfile()
+	r.CPUS, r.Load1 = (cpuTime() - cpu0).Seconds(), loadAvg()
+	if first := e.hooks.firstFetch.Load(); first > 0 && err == nil {
+		last := e.hooks.lastAck.Load()
+		if last == 0 {
+			last = e.doneAt.Load()
+		}
+		r.ProcessingS = time.Duration(last - first).Seconds()
+		r.VisibleS = time.Duration(e.doneAt.Load() - first).Seconds()
+	}
+	r.Commits = e.commits.Load()
+	if err == nil {
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		err = gate(gctx, h.cl, out, exp)
+		cancel()
+	}
+	if err != nil {
+		r.Err = err.Error()
+	}
+	return r
+}
