@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -325,13 +326,21 @@ func TestLostEndTxnAnswerIsResolvedNotGuessed(t *testing.T) {
 }
 
 // slow is an operator that takes a while per record, so that a parallel
-// stage holds records when a checkpoint's barrier arrives.
-type slow struct{ d time.Duration }
+// stage holds records when a checkpoint's barrier arrives. When gate is
+// set, a record is emitted only while the gate is open for readers.
+type slow struct {
+	d    time.Duration
+	gate *sync.RWMutex
+}
 
 func (s slow) Outputs() []string                    { return nil }
 func (s slow) NewOperator(TaskID) (Operator, error) { return s, nil }
 func (s slow) Process(ctx *Context, r *Record) error {
 	time.Sleep(s.d)
+	if s.gate != nil {
+		s.gate.RLock()
+		defer s.gate.RUnlock()
+	}
 	ctx.Emit(r)
 	return nil
 }
@@ -347,21 +356,35 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 			k.topic("in", 2)
 			const n = 3000
 			k.input("in", n, 40, nil)
+			// A checkpoint whose barrier found the workers holding records
+			// commits, and the next one aborts. Without the drain, the
+			// barrier also closes the workers' gate: what they still hold is
+			// emitted only once the checkpoint has committed, into the next
+			// transaction, and is gone with it, its offsets committed, as
+			// after a crash. (The gate is needed: the producer's flush
+			// would otherwise wait for the workers and drain them by luck.)
+			var gate sync.RWMutex
 			reg := NewRegistry()
-			if err := reg.Register("slow", func(*Spec) (Definition, error) { return slow{d: time.Millisecond}, nil }); err != nil {
+			if err := reg.Register("slow", func(*Spec) (Definition, error) {
+				return slow{d: time.Millisecond, gate: &gate}, nil
+			}); err != nil {
 				t.Fatal(err)
 			}
 			body := strings.Replace(passThrough, `steps: [{map: "{k: value.k, seq: value.seq}"}]`,
 				`steps: [{parallel: {workers: 3, queue: 64, slow: {}}}]`, 1)
 			body = strings.Replace(body, "interval: 100ms", "interval: 20ms", 1)
-			// A checkpoint whose barrier found the workers holding records
-			// commits, and the next one aborts. Without the drain, the held
-			// records are produced in that next transaction, after their
-			// offsets committed, and are gone with it, as after a crash.
-			var aborts atomic.Int64
-			lastHeld, abortNext := heldAtBarrier.Load(), false
+			var aborts, heldAtCommit atomic.Int64
+			// The hooks and the observer run on the coordinator goroutine.
+			lastHeld, abortNext, locked := heldAtBarrier.Load(), false, false
+			testSkippedDrain = func(inflight func() int64) {
+				gate.Lock()
+				locked = true
+				if inflight() > 0 {
+					heldAtCommit.Add(1)
+				}
+			}
+			defer func() { testSkippedDrain = nil }()
 			p := newPipeline(t, k, body, reg, WithBeforeCommit(func(cp Checkpoint) error {
-				// Runs on the coordinator goroutine only.
 				held := heldAtBarrier.Load() != lastHeld
 				lastHeld = heldAtBarrier.Load()
 				if abortNext {
@@ -369,8 +392,13 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 					aborts.Add(1)
 					return errors.New("injected")
 				}
-				abortNext = held
+				abortNext = held || locked
 				return nil
+			}), WithCheckpointObserver(func(Checkpoint) {
+				if locked {
+					locked = false
+					gate.Unlock()
+				}
 			}))
 			testSkipDrain.Store(skipDrain)
 			defer testSkipDrain.Store(false)
@@ -392,14 +420,16 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 			}
 			out := k.readAll("out")
 			if skipDrain {
-				// Records still in workers at commit are produced outside
-				// any transaction or into the next one: the output cannot
-				// match the committed offsets.
-				problems := exactlyOnceProblems(out, n, nil)
-				if werr == nil && rerr == nil && len(problems) == 0 {
-					t.Fatal("skipping the drain went unnoticed")
+				if heldAtCommit.Load() == 0 {
+					t.Fatal("no worker still held a record when its checkpoint committed: the fault never fired")
 				}
-				t.Logf("without the drain: %d of %d outputs, problems %v, wait err %v, run err %v", len(out), n, problems, werr, rerr)
+				// The gate makes the loss certain, so the check must see it.
+				problems := exactlyOnceProblems(out, n, nil)
+				if len(problems) == 0 {
+					t.Fatalf("skipping the drain went unnoticed (wait err %v, run err %v)", werr, rerr)
+				}
+				t.Logf("without the drain: %d commits with records held, %d of %d outputs, %d problems, the last: %v",
+					heldAtCommit.Load(), len(out), n, len(problems), problems[len(problems)-1])
 				return
 			}
 			if werr != nil || rerr != nil {

@@ -119,6 +119,11 @@ var testSkipDrain atomic.Bool
 // tests use it to show the case they exercise happened.
 var heldAtBarrier atomic.Int64
 
+// testSkippedDrain, when set, is called by a barrier that skips draining a
+// stage (testSkipDrain), with a way to count what the stage still holds.
+// It runs on the coordinator goroutine.
+var testSkippedDrain func(inflight func() int64)
+
 type stageItem struct {
 	t *task
 	r *Record
@@ -186,6 +191,9 @@ func (st *stage) drain() {
 		heldAtBarrier.Add(1)
 	}
 	if testSkipDrain.Load() {
+		if testSkippedDrain != nil {
+			testSkippedDrain(st.inflight.Load)
+		}
 		return
 	}
 	st.busy.Wait()
