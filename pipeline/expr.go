@@ -7,6 +7,7 @@ import (
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/vm"
+	exprruntime "github.com/expr-lang/expr/vm/runtime"
 )
 
 // ExprEnv is what an expression sees. Expressions name its fields in lower
@@ -50,7 +51,14 @@ const (
 // CompileExpr compiles src. The error carries the parser's message with the
 // position in src.
 func CompileExpr(src string, want ExprResult) (*Expr, error) {
+	return compileExpr(src, want, true)
+}
+
+func compileExpr(src string, want ExprResult, fastMembers bool) (*Expr, error) {
 	opts := []expr.Option{expr.Env(ExprEnv{})}
+	if fastMembers {
+		opts = append(opts, expr.Function(memberFunc, member), expr.Patch(memberPatcher{}))
+	}
 	if want == BoolResult {
 		opts = append(opts, expr.AsBool())
 	}
@@ -62,6 +70,47 @@ func CompileExpr(src string, want ExprResult) (*Expr, error) {
 	node := prog.Node()
 	ast.Walk(&node, &usesVisitor{uses: &e.uses})
 	return e, nil
+}
+
+// memberFunc is what memberPatcher turns field access on untyped values
+// into. Users can name it too, to no harm.
+const memberFunc = "_pipeline_member"
+
+// memberPatcher rewrites obj.name and obj["name"], where obj has no static
+// type (key, value, state and what comes out of them), into a call of
+// member. expr reads such fields through reflection, which allocates on
+// every access (MapIndex copies the element); decoded JSON objects are
+// plain maps, read here without it. What the checker knows the type of is
+// left alone, so type errors are still found at start-up.
+type memberPatcher struct{}
+
+func (memberPatcher) Visit(n *ast.Node) {
+	m, ok := (*n).(*ast.MemberNode)
+	if !ok || m.Optional || m.Method {
+		return
+	}
+	name, ok := m.Property.(*ast.StringNode)
+	if !ok || m.Node.Type() == nil || m.Node.Type().Kind() != reflect.Interface {
+		return
+	}
+	ast.Patch(n, &ast.CallNode{
+		Callee:    &ast.IdentifierNode{Value: memberFunc},
+		Arguments: []ast.Node{m.Node, name},
+	})
+}
+
+// member is obj.name: a map's entry (nil when missing, as expr gives),
+// anything else as expr reads it.
+func member(args ...any) (any, error) {
+	name := args[1].(string)
+	switch obj := args[0].(type) {
+	case map[string]any:
+		return obj[name], nil
+	case nil:
+		return nil, fmt.Errorf("cannot fetch %s from <nil>", name)
+	default:
+		return exprruntime.Fetch(obj, name), nil
+	}
 }
 
 // String returns the expression's source.

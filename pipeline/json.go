@@ -354,7 +354,8 @@ func appendJSON(buf []byte, x any) ([]byte, error) {
 		}
 		return append(buf, ']'), nil
 	case map[string]any:
-		keys := make([]string, 0, len(t))
+		var small [16]string // most objects: no allocation for the sort
+		keys := small[:0]
 		for k := range t {
 			keys = append(keys, k)
 		}

@@ -177,7 +177,13 @@ type Record struct {
 
 // NewRecord builds a record read from r with the given formats.
 func NewRecord(r *kgo.Record, keyFormat, valueFormat Format) *Record {
-	rec := &Record{
+	rec := new(Record)
+	rec.init(r, keyFormat, valueFormat)
+	return rec
+}
+
+func (rec *Record) init(r *kgo.Record, keyFormat, valueFormat Format) {
+	*rec = Record{
 		Key:       RawValue(r.Key, keyFormat),
 		Value:     RawValue(r.Value, valueFormat),
 		Timestamp: r.Timestamp,
@@ -190,7 +196,6 @@ func NewRecord(r *kgo.Record, keyFormat, valueFormat Format) *Record {
 			rec.Headers[i] = Header{Key: h.Key, Value: h.Value}
 		}
 	}
-	return rec
 }
 
 // Clone returns a copy that can be changed without changing r. Decoded

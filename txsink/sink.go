@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -40,10 +39,17 @@ type Sink struct {
 
 	mu       sync.Mutex
 	firstErr *ProduceError
-	acks     map[TopicPartition]int64 // records acknowledged in the open transaction
-	last     map[TopicPartition]int64 // offset of the last record acknowledged, per partition
 
-	pending  sync.WaitGroup // produces not yet acknowledged
+	// acks counts, per partition, the records acknowledged in the open
+	// transaction. Only promises write it, and kgo calls them one at a
+	// time; readers wait for pending first. cur caches the last partition
+	// acknowledged: acknowledgements come a batch at a time, so most skip
+	// the map (hashing a TopicPartition per record showed in profiles).
+	acks    map[TopicPartition]*partAcks
+	cur     *partAcks
+	curTP   TopicPartition
+	pending sync.WaitGroup // produces not yet acknowledged
+
 	produced atomic.Int64   // records produced in this transaction
 	bytes    atomic.Int64
 	promise  func(*kgo.Record, error)
@@ -90,9 +96,9 @@ func (s *Sink) AllowRebalance() { s.sess.Load().AllowRebalance() }
 func (s *Sink) Begin() error {
 	s.mu.Lock()
 	s.firstErr = nil
-	s.acks = map[TopicPartition]int64{}
-	s.last = map[TopicPartition]int64{}
 	s.mu.Unlock()
+	s.acks = map[TopicPartition]*partAcks{}
+	s.cur = nil
 	s.produced.Store(0)
 	s.bytes.Store(0)
 	return s.sess.Load().Begin()
@@ -109,20 +115,33 @@ func (s *Sink) Produce(ctx context.Context, r *kgo.Record) {
 }
 
 func (s *Sink) acked(r *kgo.Record, err error) {
-	s.mu.Lock()
 	if err != nil {
+		s.mu.Lock()
 		if s.firstErr == nil {
 			s.firstErr = &ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err}
 		}
-	} else {
-		tp := TopicPartition{r.Topic, r.Partition}
-		s.acks[tp]++
-		if o, ok := s.last[tp]; !ok || r.Offset > o {
-			s.last[tp] = r.Offset
-		}
+		s.mu.Unlock()
+		s.pending.Done()
+		return
 	}
-	s.mu.Unlock()
+	pa := s.cur
+	if pa == nil || r.Partition != s.curTP.Partition || r.Topic != s.curTP.Topic {
+		tp := TopicPartition{r.Topic, r.Partition}
+		if pa = s.acks[tp]; pa == nil {
+			pa = &partAcks{last: -1}
+			s.acks[tp] = pa
+		}
+		s.cur, s.curTP = pa, tp
+	}
+	pa.n++
+	pa.last = max(pa.last, r.Offset)
 	s.pending.Done()
+}
+
+// partAcks is what one partition acknowledged in the open transaction.
+type partAcks struct {
+	n    int64 // records
+	last int64 // offset of the last one, -1 before the first
 }
 
 // TopicPartition names a partition.
@@ -139,19 +158,22 @@ func (s *Sink) Flush(ctx context.Context) (map[TopicPartition]int64, error) {
 		return nil, err
 	}
 	s.pending.Wait()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return maps.Clone(s.acks), nil
+	acks := make(map[TopicPartition]int64, len(s.acks))
+	for tp, pa := range s.acks {
+		acks[tp] = pa.n
+	}
+	return acks, nil
 }
 
-// LastOffset returns the offset of the last record of the open (or just
-// committed) transaction acknowledged on a partition, and whether there is
-// one.
+// LastOffset returns the offset of the last record of the just committed
+// transaction acknowledged on a partition, and whether there is one. Call
+// it between Commit and the next Begin.
 func (s *Sink) LastOffset(topic string, partition int32) (int64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o, ok := s.last[TopicPartition{topic, partition}]
-	return o, ok
+	pa := s.acks[TopicPartition{topic, partition}]
+	if pa == nil {
+		return 0, false
+	}
+	return pa.last, true
 }
 
 // Produced returns the records and bytes produced in the open transaction.

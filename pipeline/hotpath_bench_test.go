@@ -1,0 +1,107 @@
+package pipeline
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The hot paths one record takes, without a broker: run with
+//
+//	go test -run XXX -bench 'Eval|Graph' -benchmem ./pipeline
+//
+// ns/op and allocs/op are per record.
+
+func benchRecords(n, size int) []*kgo.Record {
+	pad := make([]byte, max(0, size-40))
+	for i := range pad {
+		pad[i] = 'x'
+	}
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		key := "k" + strconv.Itoa(i%10000)
+		recs[i] = &kgo.Record{Topic: "in", Offset: int64(i), Key: []byte(key),
+			Value: fmt.Appendf(nil, `{"k":%q,"seq":%d,"p":"%s"}`, key, i, pad)}
+	}
+	return recs
+}
+
+// BenchmarkEval evaluates a predicate: on a record as read (the value is
+// decoded on first use, as in a pipeline) and on one already decoded (the
+// expression VM alone).
+func BenchmarkEval(b *testing.B) {
+	e, err := CompileExpr(`value.seq % 10 != 3 && value.k != "k7"`, BoolResult)
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs := benchRecords(1000, 100)
+	b.Run("decode+eval", func(b *testing.B) {
+		var ev Evaluator
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			r := NewRecord(recs[i%len(recs)], String, JSON)
+			if _, err := ev.EvalBool(e, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	slow, err := compileExpr(e.src, BoolResult, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		e    *Expr
+	}{{"eval", e}, {"eval-reflect", slow}} {
+		b.Run(c.name, func(b *testing.B) { benchEval(b, c.e, recs) })
+	}
+}
+
+func benchEval(b *testing.B, e *Expr, recs []*kgo.Record) {
+	{
+		var ev Evaluator
+		rs := make([]*Record, len(recs))
+		for i, kr := range recs {
+			rs[i] = NewRecord(kr, String, JSON)
+			if _, err := ev.EvalBool(e, rs[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := ev.EvalBool(e, rs[i%len(rs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkGraph runs batches of records through whole graphs to the point
+// where they would be produced: reading, routing between steps, the steps,
+// and building the output records.
+func BenchmarkGraph(b *testing.B) {
+	cases := []struct{ name, steps, sinks string }{
+		{"pass-through", `[]`, `{out: {topic: out}}`},
+		{"filter+map", `[{filter: "value.seq % 10 != 3"}, {map: "{k: value.k, seq: value.seq, twice: value.seq * 2}"}]`, `{out: {topic: out}}`},
+		{"route", `[{name: r, route: [{small: "value.seq % 3 == 0"}, {big: "value.seq % 3 == 1"}]}]`,
+			`{a: {topic: a, from: r.small}, b: {topic: b, from: r.big}, c: {topic: c, from: r.default}}`},
+	}
+	const batch = 500
+	recs := benchRecords(batch, 100)
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			o := newOffline(b, fmt.Sprintf("sources: {in: {topics: [in]}}\nsteps: %s\nsinks: %s\n", tc.steps, tc.sinks), nil)
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				n += len(o.feed(recs...))
+			}
+			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(float64(n)/float64(b.N*batch), "outputs/record")
+			// Per record, not per batch.
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/record")
+		})
+	}
+}
