@@ -1,10 +1,3 @@
-//go:build brokerrestart
-
-// The broker-restart test is opt-in (go test -tags brokerrestart
-// ./integration/) until an occasional stall after a clean stop of Apache
-// Kafka is understood: in 2 of about 15 runs the pipeline committed nothing
-// more after the broker came back. See docs/brokers.md.
-
 package integration
 
 import (
