@@ -189,7 +189,7 @@ func (a *aggregate) NewOperator(TaskID) (Operator, error) {
 
 func (a *aggregate) NewStatefulOperator(_ TaskID, st *state.Store) (Operator, error) {
 	ttl := state.TTLConfig{TTL: a.ttl, Update: a.ttlUpdate}
-	v, err := state.NewValue[map[string]any](st, "acc", ttl, state.WithCodec[map[string]any](jsonCodec{}))
+	v, err := state.NewValue[map[string]any](st, "acc", ttl, state.WithCodec[map[string]any](accCodec{}))
 	if err != nil {
 		return nil, err
 	}

@@ -105,3 +105,34 @@ func BenchmarkGraph(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAccumulator reads and writes back an aggregate's accumulator,
+// as every record of a keyed aggregation does, in the two codecs.
+func BenchmarkAccumulator(b *testing.B) {
+	acc := map[string]any{"n": 1234, "total": 98765, "avg": map[string]any{"sum": 1234.5, "count": 77}, "last": "k42"}
+	for _, c := range []struct {
+		name  string
+		codec interface {
+			Append([]byte, map[string]any) ([]byte, error)
+			Decode([]byte) (map[string]any, error)
+		}
+	}{{"binary", accCodec{}}, {"json", jsonCodec{}}} {
+		b.Run(c.name, func(b *testing.B) {
+			buf, err := c.codec.Append(nil, acc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				m, err := c.codec.Decode(buf)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m["n"] = m["n"].(int) + 1
+				if buf, err = c.codec.Append(buf[:0], m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

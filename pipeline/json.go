@@ -173,28 +173,39 @@ var keys [512]atomic.Pointer[string]
 // key reads an object key.
 func (d *jsonDecoder) key() (string, error) {
 	start := d.i + 1
-	h := uint32(2166136261)
-	for i := start; i < len(d.b) && i-start <= 32; i++ {
+	for i := start; i < len(d.b) && i-start <= maxInterned; i++ {
 		c := d.b[i]
 		if c == '"' {
-			b := d.b[start:i]
-			slot := &keys[h%uint32(len(keys))]
-			if p := slot.Load(); p != nil && *p == string(b) {
-				d.i = i + 1
-				return *p, nil
-			}
-			k, err := d.str()
-			if err == nil {
-				slot.Store(&k)
-			}
-			return k, err
+			d.i = i + 1
+			return internKey(d.b[start:i]), nil
 		}
 		if c == '\\' || c < 0x20 || c >= 0x80 {
 			break
 		}
-		h = (h ^ uint32(c)) * 16777619
 	}
 	return d.str()
+}
+
+// maxInterned is the longest key interned.
+const maxInterned = 32
+
+// internKey returns b as a string, from keys when it is there. b must be
+// valid UTF-8.
+func internKey(b []byte) string {
+	if len(b) > maxInterned {
+		return string(b)
+	}
+	h := uint32(2166136261)
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &keys[h%uint32(len(keys))]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	k := string(b)
+	slot.Store(&k)
+	return k
 }
 
 func (d *jsonDecoder) str() (string, error) {
