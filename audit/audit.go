@@ -25,10 +25,20 @@ import (
 // Spec says what to audit.
 type Spec struct {
 	Group      string
-	Inputs     []string // source topics
+	Inputs     []string // source topics, repartition topics included
 	Outputs    []string // sink topics and the dead-letter topic
 	Progress   string   // the audit topic
 	TxnTimeout time.Duration
+
+	// Positioned lists the sink topics whose records carry source
+	// positions (audit.source_positions): with it, each input's outputs
+	// are checked one by one. Empty: those checks are off.
+	Positioned []string
+	// DeadLetter is the dead-letter topic, whose records name their
+	// input in headers; with Positioned, they are checked by it too.
+	DeadLetter string
+	// Window bounds the audit; the zero Window audits the whole history.
+	Window Window
 }
 
 // Check names one property of an exactly-once history.
@@ -41,6 +51,13 @@ const (
 	Hanging     Check = "hanging"      // a transaction left open on an output partition
 	Offsets     Check = "offsets"      // the group's committed offsets differ from the last checkpoint's end
 	Progress    Check = "progress"     // a progress record that cannot be read
+
+	// With source positions (Spec.Positioned):
+	Duplicate   Check = "duplicate"    // one output of an input (same sink and number) visible twice
+	Missing     Check = "missing"      // an input's outputs skip a number: one in between is gone
+	Misplaced   Check = "misplaced"    // an input's output written by another transaction than the one that consumed the input
+	Unsourced   Check = "unsourced"    // an output naming no input, or one no committed checkpoint consumed
+	SourceCount Check = "source-count" // a checkpoint wrote other than the outputs of the inputs it consumed
 )
 
 // Finding is one violation.
@@ -54,10 +71,15 @@ func (f Finding) String() string { return fmt.Sprintf("%s %s: %s", f.Check, f.Wh
 
 // Report is the outcome of an audit.
 type Report struct {
-	Checkpoints   int   // committed progress records read
-	InputRecords  int64 // input records covered by committed checkpoints
+	Checkpoints   int   // committed checkpoints audited (within the window)
+	InputRecords  int64 // input records those checkpoints consumed
 	OutputRecords int64 // output records accounted for
-	Findings      []Finding
+	// Sourced counts the outputs checked against their source positions,
+	// and Sources the inputs they name.
+	Sourced, Sources int64
+	// Notes say what was not checked, and why.
+	Notes    []string
+	Findings []Finding
 }
 
 // OK reports whether every check held.
@@ -74,9 +96,48 @@ type tp struct {
 
 func (p tp) String() string { return fmt.Sprintf("%s/%d", p.topic, p.partition) }
 
+// position is one record's place in a topic.
+type position struct {
+	tp
+	offset int64
+}
+
+func (p position) String() string { return fmt.Sprintf("%s/%d@%d", p.topic, p.partition, p.offset) }
+
+func positionOf(r *kgo.Record) position { return position{tp{r.Topic, r.Partition}, r.Offset} }
+
+// checkpoint is one committed progress record.
+type checkpoint struct {
+	id       string // instance/run/id, for messages and window ends
+	order    int    // index in the progress topic: the order checkpoints committed in
+	time     time.Time
+	producer int64 // the producer id of its transaction, which wrote its outputs too
+	in       bool  // within the window
+	outputs  map[tp]int64
+	inputs   []span
+}
+
 type span struct {
+	tp
 	first, last int64
-	checkpoint  string // instance/run/id, for messages
+	cp          *checkpoint
+}
+
+// history is what the committed progress records say.
+type history struct {
+	cps      []*checkpoint
+	consumed map[tp][]span // sorted by first offset
+}
+
+// consumer returns the committed checkpoint that consumed p, or nil.
+func (h *history) consumer(p position) *checkpoint {
+	spans := h.consumed[p.tp]
+	i, _ := slices.BinarySearchFunc(spans, p.offset, func(s span, off int64) int { return cmp.Compare(s.first, off+1) })
+	// spans[i-1] is the last one starting at or before p.
+	if i > 0 && spans[i-1].last >= p.offset {
+		return spans[i-1].cp
+	}
+	return nil
 }
 
 // Run audits. cl must be able to read every topic in spec; its isolation
@@ -85,37 +146,33 @@ type span struct {
 // Audit a stopped pipeline: the topics and offsets are read one after the
 // other, so a checkpoint committing meanwhile shows as a difference between
 // them that a second run would not find.
+//
+// A window end that cannot be used is a *WindowError.
 func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
+	if err := spec.Window.Check(); err != nil {
+		return nil, err
+	}
 	adm := kadm.NewClient(cl)
 	r := &Report{}
+	whole := spec.Window.IsZero()
 
-	progress, err := offsets.ReadToEnd(ctx, cl, spec.Progress, true)
+	h, err := readProgress(ctx, cl, spec, r)
 	if err != nil {
-		return nil, fmt.Errorf("reading the progress topic: %w", err)
+		return nil, err
 	}
-	consumed := map[tp][]span{}
-	written := map[tp]int64{}
-	for _, rec := range progress {
-		var p pipeline.Progress
-		if err := json.Unmarshal(rec.Value, &p); err != nil {
-			r.add(Progress, fmt.Sprintf("%s/%d@%d", rec.Topic, rec.Partition, rec.Offset), "not a progress record: %v", err)
-			continue
-		}
-		if p.Group != spec.Group {
-			continue
-		}
-		r.Checkpoints++
-		id := fmt.Sprintf("%s/%s/%d", p.Instance, p.Run, p.Checkpoint)
-		for _, in := range p.Inputs {
-			k := tp{in.Topic, in.Partition}
-			consumed[k] = append(consumed[k], span{in.First, in.Last, id})
-		}
-		for _, out := range p.Outputs {
-			written[tp{out.Topic, out.Partition}] += out.Records
+	if err := spec.Window.resolve(h.cps); err != nil {
+		return nil, err
+	}
+	for _, cp := range h.cps {
+		if cp.in {
+			r.Checkpoints++
 		}
 	}
 
-	// Inputs: committed ranges never overlap, and nothing lies between them.
+	// Inputs: committed ranges never overlap, and nothing lies between
+	// them. With a window, a pair of neighbouring ranges is checked when
+	// either is within it: the window's first range against the one
+	// before, never against the start of the topic.
 	inputData := map[tp][]int64{} // offsets of read_committed data records
 	for _, topic := range spec.Inputs {
 		recs, err := offsets.ReadToEnd(ctx, cl, topic, true)
@@ -128,45 +185,65 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 		}
 	}
 	lastEnd := map[tp]int64{}
-	for k, spans := range consumed {
-		slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.first, b.first) })
+	for k, spans := range h.consumed {
 		data := inputData[k]
 		for i, s := range spans {
-			r.InputRecords += countIn(data, s.first, s.last)
+			if s.cp.in {
+				r.InputRecords += countIn(data, s.first, s.last)
+			}
 			if i == 0 {
 				continue
 			}
 			prev := spans[i-1]
+			if !s.cp.in && !prev.cp.in {
+				continue
+			}
 			switch {
 			case s.first <= prev.last:
 				r.add(Overlap, fmt.Sprintf("%s@%d", k, s.first), "offsets %d..%d were consumed by checkpoint %s and again by %s",
-					s.first, min(s.last, prev.last), prev.checkpoint, s.checkpoint)
+					s.first, min(s.last, prev.last), prev.cp.id, s.cp.id)
 			case s.first > prev.last+1:
 				if n := countIn(data, prev.last+1, s.first-1); n > 0 {
 					r.add(Gap, fmt.Sprintf("%s@%d", k, prev.last+1), "%d records between checkpoint %s (ends at %d) and %s (starts at %d) were consumed by no committed checkpoint",
-						n, prev.checkpoint, prev.last, s.checkpoint, s.first)
+						n, prev.cp.id, prev.last, s.cp.id, s.first)
 				}
 			}
 		}
-		lastEnd[k] = spans[len(spans)-1].last + 1
+		// The group's offset is checked against the last checkpoint only
+		// when the window holds it.
+		if last := spans[len(spans)-1]; last.cp.in {
+			lastEnd[k] = last.last + 1
+		}
 	}
 
 	// Outputs: each partition holds exactly what committed checkpoints
 	// wrote: no more (duplicates, or records from aborted or foreign
-	// transactions), no fewer (lost writes).
+	// transactions), no fewer (lost writes). That needs the whole
+	// history; a window bounds the outputs only through their sources.
+	src := newSources(spec, h, r)
 	for _, topic := range spec.Outputs {
 		recs, err := offsets.ReadToEnd(ctx, cl, topic, true)
 		if err != nil {
 			return nil, fmt.Errorf("reading output %s: %w", topic, err)
+		}
+		src.read(topic, recs)
+		if !whole {
+			continue
+		}
+		written := map[tp]int64{}
+		for _, cp := range h.cps {
+			for k, n := range cp.outputs {
+				if k.topic == topic {
+					written[k] += n
+				}
+			}
 		}
 		visible := map[tp]int64{}
 		for _, rec := range recs {
 			visible[tp{rec.Topic, rec.Partition}]++
 		}
 		for k := range written {
-			if k.topic == topic {
-				visible[k] += 0
-			}
+			visible[k] += 0
 		}
 		for k, n := range visible {
 			w := written[k]
@@ -175,6 +252,15 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 				r.add(OutputCount, k.String(), "%d records visible to read_committed, committed checkpoints wrote %d", n, w)
 			}
 		}
+	}
+	switch {
+	case len(spec.Positioned) > 0:
+		src.check(r, inputData)
+		if !whole {
+			r.OutputRecords = src.accounted
+		}
+	case !whole:
+		r.Notes = append(r.Notes, "output counts were not checked: within a window, outputs can be told apart only by their source positions (audit.source_positions)")
 	}
 
 	// No transaction left open on an output partition.
@@ -205,10 +291,56 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 			r.add(Offsets, k.String(), "the group's committed offset is %d; the last checkpoint ended at %d", c.At, end)
 		}
 	}
+	if !whole && len(lastEnd) < len(h.consumed) {
+		r.Notes = append(r.Notes, fmt.Sprintf("the group's offsets were checked on %d of %d input partitions: on the others the last checkpoint is after the window", len(lastEnd), len(h.consumed)))
+	}
 	slices.SortFunc(r.Findings, func(a, b Finding) int {
-		return cmp.Or(cmp.Compare(a.Check, b.Check), cmp.Compare(a.Where, b.Where))
+		return cmp.Or(cmp.Compare(a.Check, b.Check), cmp.Compare(a.Where, b.Where), cmp.Compare(a.Detail, b.Detail))
 	})
 	return r, nil
+}
+
+// readProgress reads the group's committed progress records, in the order
+// they committed.
+func readProgress(ctx context.Context, cl *kgo.Client, spec Spec, r *Report) (*history, error) {
+	recs, err := offsets.ReadToEnd(ctx, cl, spec.Progress, true)
+	if err != nil {
+		return nil, fmt.Errorf("reading the progress topic: %w", err)
+	}
+	// The pipeline writes them all to partition 0, so offsets are the
+	// commit order; other partitions follow, each in its own order.
+	slices.SortStableFunc(recs, func(a, b *kgo.Record) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+	h := &history{consumed: map[tp][]span{}}
+	for _, rec := range recs {
+		var p pipeline.Progress
+		if err := json.Unmarshal(rec.Value, &p); err != nil {
+			r.add(Progress, positionOf(rec).String(), "not a progress record: %v", err)
+			continue
+		}
+		if p.Group != spec.Group {
+			continue
+		}
+		cp := &checkpoint{
+			id:    fmt.Sprintf("%s/%s/%d", p.Instance, p.Run, p.Checkpoint),
+			order: len(h.cps), time: time.UnixMilli(p.Time), producer: rec.ProducerID,
+			outputs: make(map[tp]int64, len(p.Outputs)),
+		}
+		for _, in := range p.Inputs {
+			s := span{tp: tp{in.Topic, in.Partition}, first: in.First, last: in.Last, cp: cp}
+			cp.inputs = append(cp.inputs, s)
+			h.consumed[s.tp] = append(h.consumed[s.tp], s)
+		}
+		for _, out := range p.Outputs {
+			cp.outputs[tp{out.Topic, out.Partition}] += out.Records
+		}
+		h.cps = append(h.cps, cp)
+	}
+	for _, spans := range h.consumed {
+		slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.first, b.first) })
+	}
+	return h, nil
 }
 
 // countIn counts the offsets of sorted within [first, last].

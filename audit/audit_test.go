@@ -17,22 +17,22 @@ import (
 
 // checkpoint is one hand-built checkpoint: the input range it claims, the
 // outputs it really writes, and the count its progress record claims.
-type checkpoint struct {
+type planned struct {
 	first, last int64
 	write       int   // output records written in its transaction
 	claim       int64 // output records its progress record says it wrote; -1: same as write
 	abort       bool  // abort the transaction instead of committing it
 }
 
-type history struct {
+type plan struct {
 	inputs      int // input records, all in in/0
-	checkpoints []checkpoint
+	checkpoints []planned
 	groupAt     int64 // committed group offset; -1: the last checkpoint's end
 	foreign     int   // output records written outside any transaction
 	hanging     bool  // leave a transaction open that the coordinator has forgotten
 }
 
-func build(t *testing.T, h history) (*kfake.Cluster, *kgo.Client) {
+func build(t *testing.T, h plan) (*kfake.Cluster, *kgo.Client) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "progress"))
 	if err != nil {
@@ -132,34 +132,34 @@ func build(t *testing.T, h history) (*kfake.Cluster, *kgo.Client) {
 var spec = Spec{Group: "g", Inputs: []string{"in"}, Outputs: []string{"out"}, Progress: "progress", TxnTimeout: time.Millisecond}
 
 func TestAuditFindsEveryViolation(t *testing.T) {
-	clean := []checkpoint{{0, 4, 5, -1, false}, {5, 9, 5, -1, false}}
+	clean := []planned{{0, 4, 5, -1, false}, {5, 9, 5, -1, false}}
 	tests := []struct {
 		name string
-		h    history
+		h    plan
 		want []string // each a finding's prefix; none means a clean audit
 	}{
-		{name: "a clean history passes", h: history{inputs: 10, checkpoints: clean, groupAt: -1}},
-		{name: "an aborted checkpoint leaves no trace", h: history{inputs: 10, groupAt: -1,
-			checkpoints: []checkpoint{{0, 4, 5, -1, false}, {5, 9, 7, -1, true}, {5, 9, 5, -1, false}}}},
-		{name: "a duplicate output is caught", h: history{inputs: 10, groupAt: -1,
-			checkpoints: []checkpoint{{0, 4, 6, 5, false}, {5, 9, 5, -1, false}}},
+		{name: "a clean history passes", h: plan{inputs: 10, checkpoints: clean, groupAt: -1}},
+		{name: "an aborted checkpoint leaves no trace", h: plan{inputs: 10, groupAt: -1,
+			checkpoints: []planned{{0, 4, 5, -1, false}, {5, 9, 7, -1, true}, {5, 9, 5, -1, false}}}},
+		{name: "a duplicate output is caught", h: plan{inputs: 10, groupAt: -1,
+			checkpoints: []planned{{0, 4, 6, 5, false}, {5, 9, 5, -1, false}}},
 			want: []string{"output-count out/0: 11 records visible to read_committed, committed checkpoints wrote 10"}},
-		{name: "a lost output is caught", h: history{inputs: 10, groupAt: -1,
-			checkpoints: []checkpoint{{0, 4, 4, 5, false}, {5, 9, 5, -1, false}}},
+		{name: "a lost output is caught", h: plan{inputs: 10, groupAt: -1,
+			checkpoints: []planned{{0, 4, 4, 5, false}, {5, 9, 5, -1, false}}},
 			want: []string{"output-count out/0: 9 records visible to read_committed, committed checkpoints wrote 10"}},
-		{name: "a record outside any committed checkpoint is caught", h: history{inputs: 10, checkpoints: clean, groupAt: -1, foreign: 1},
+		{name: "a record outside any committed checkpoint is caught", h: plan{inputs: 10, checkpoints: clean, groupAt: -1, foreign: 1},
 			want: []string{"output-count out/0: 11 records visible"}},
-		{name: "a gap in the consumed input is caught", h: history{inputs: 10, groupAt: -1,
-			checkpoints: []checkpoint{{0, 4, 5, -1, false}, {7, 9, 3, -1, false}}},
+		{name: "a gap in the consumed input is caught", h: plan{inputs: 10, groupAt: -1,
+			checkpoints: []planned{{0, 4, 5, -1, false}, {7, 9, 3, -1, false}}},
 			want: []string{"gap in/0@5: 2 records between checkpoint i1/r/1 (ends at 4) and i1/r/2 (starts at 7)"}},
-		{name: "an overlap in the consumed input is caught", h: history{inputs: 10, groupAt: -1,
-			checkpoints: []checkpoint{{0, 4, 5, -1, false}, {3, 9, 7, -1, false}}},
+		{name: "an overlap in the consumed input is caught", h: plan{inputs: 10, groupAt: -1,
+			checkpoints: []planned{{0, 4, 5, -1, false}, {3, 9, 7, -1, false}}},
 			want: []string{"overlap in/0@3: offsets 3..4 were consumed by checkpoint i1/r/1 and again by i1/r/2"}},
-		{name: "committed offsets behind the last checkpoint are caught", h: history{inputs: 10, checkpoints: clean, groupAt: 8},
+		{name: "committed offsets behind the last checkpoint are caught", h: plan{inputs: 10, checkpoints: clean, groupAt: 8},
 			want: []string{"offsets in/0: the group's committed offset is 8; the last checkpoint ended at 10"}},
-		{name: "committed offsets ahead of the last checkpoint are caught", h: history{inputs: 12, checkpoints: clean, groupAt: 12},
+		{name: "committed offsets ahead of the last checkpoint are caught", h: plan{inputs: 12, checkpoints: clean, groupAt: 12},
 			want: []string{"offsets in/0: the group's committed offset is 12; the last checkpoint ended at 10"}},
-		{name: "a hanging transaction is caught", h: history{inputs: 10, checkpoints: clean, groupAt: -1, hanging: true},
+		{name: "a hanging transaction is caught", h: plan{inputs: 10, checkpoints: clean, groupAt: -1, hanging: true},
 			want: []string{"hanging out/0@12: producer"}},
 	}
 	for _, tc := range tests {

@@ -18,8 +18,28 @@ func (e *env) audit(ctx context.Context, args []string) error {
 	fs := e.flags("audit")
 	path := fs.String("c", "", "the pipeline's YAML `file`")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	from := fs.String("from", "", "audit only checkpoints committed from this `bound` on: an RFC 3339 time (2026-03-01T12:00:00Z) or a checkpoint instance/run/id")
+	to := fs.String("to", "", "audit only checkpoints committed up to this `bound`, included: an RFC 3339 time or a checkpoint instance/run/id")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	var w audit.Window
+	for _, b := range []struct {
+		flag string
+		val  string
+		into *audit.Bound
+	}{{"from", *from, &w.From}, {"to", *to, &w.To}} {
+		if b.val == "" {
+			continue
+		}
+		bound, err := audit.ParseBound(b.val)
+		if err != nil {
+			return usagef("--%s: %v", b.flag, err)
+		}
+		*b.into = bound
+	}
+	if err := w.Check(); err != nil {
+		return windowUsage(err)
 	}
 	cfg, g, err := e.loadConfig(*path)
 	if err != nil {
@@ -40,21 +60,50 @@ func (e *env) audit(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cl.Close()
-	spec := audit.Spec{Group: cfg.Group, Inputs: g.SourceTopics(), Outputs: g.OutputTopics(), Progress: cfg.Audit.Topic, TxnTimeout: cfg.Transactions.Timeout}
+	spec := audit.Spec{Group: cfg.Group, Inputs: g.SourceTopics(), Outputs: g.OutputTopics(), Progress: cfg.Audit.Topic,
+		TxnTimeout: cfg.Transactions.Timeout, DeadLetter: cfg.DeadLetter.Topic, Window: w}
+	if cfg.Audit.SourcePositions {
+		for _, s := range cfg.Sinks {
+			spec.Positioned = append(spec.Positioned, s.Topic)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	r, err := audit.Run(ctx, cl, spec)
 	if err != nil {
-		return err
+		return windowUsage(err)
 	}
 	fmt.Fprintf(e.stdout, "%s: %d committed checkpoints, %d input records, %d output records accounted for\n",
 		cfg.Name, r.Checkpoints, r.InputRecords, r.OutputRecords)
+	if !w.IsZero() {
+		fmt.Fprintf(e.stdout, "window: %s\n", w)
+	}
+	if len(spec.Positioned) > 0 {
+		fmt.Fprintf(e.stdout, "source positions: %d outputs of %d inputs checked one by one\n", r.Sourced, r.Sources)
+	}
 	for _, f := range r.Findings {
 		fmt.Fprintf(e.stdout, "  %s\n", f)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(e.stdout, "note: %s\n", n)
 	}
 	if !r.OK() {
 		return fmt.Errorf("%w: %d", errAuditFailed, len(r.Findings))
 	}
-	fmt.Fprintln(e.stdout, "ok: no input skipped or consumed twice, every output accounted for, no transaction hanging, offsets at the last checkpoint")
+	ok := "ok: no input skipped or consumed twice, every output accounted for, no transaction hanging, offsets at the last checkpoint"
+	if len(spec.Positioned) > 0 {
+		ok += ", each input's outputs written once, by the transaction that consumed it"
+	}
+	fmt.Fprintln(e.stdout, ok)
 	return nil
+}
+
+// windowUsage makes a window end that cannot be used a usage error naming
+// its flag; other errors pass through.
+func windowUsage(err error) error {
+	var we *audit.WindowError
+	if errors.As(err, &we) {
+		return usagef("--%s %s: %s", we.End, we.Bound, we.Msg)
+	}
+	return err
 }

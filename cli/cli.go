@@ -63,7 +63,8 @@ Usage:
                                    move the group's offsets (pipeline stopped)
   pipeline transactions hanging -c FILE [--abort]
                                    list (and abort) transactions left open on outputs
-  pipeline audit -c FILE           check the pipeline's history against its topics
+  pipeline audit -c FILE [--from X] [--to Y]
+                                   check the pipeline's history against its topics
                                    (exit 0 only when every check holds)
   pipeline state reset -c FILE --step NAME
                                    delete one stateful step's state (pipeline stopped)

@@ -171,6 +171,13 @@ type State struct {
 type Audit struct {
 	Enabled bool   // default true
 	Topic   string // default "<name>-progress"
+	// SourcePositions stamps every sink record with the position of the
+	// input record it derives from and its ordinal among that input's
+	// outputs (headers pipeline.source and pipeline.output), so that
+	// `pipeline audit` checks each input's outputs one by one. Default
+	// false; it needs Enabled and steps that write each record for one
+	// input (no aggregate with emit: checkpoint).
+	SourcePositions bool
 }
 
 // Metrics configures the Prometheus endpoint.

@@ -78,6 +78,7 @@ func (c *Config) settings() []setting {
 
 		{"audit.enabled", &c.Audit.Enabled, true},
 		{"audit.topic", &c.Audit.Topic, nil}, // default: name + "-progress"
+		{"audit.source_positions", &c.Audit.SourcePositions, false},
 
 		{"demo.topic", &c.Demo.Topic, nil},
 		{"demo.rate", &c.Demo.Rate, 1000},

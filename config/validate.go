@@ -75,6 +75,7 @@ func (c *Config) validate(reported func(path string) bool) Errors {
 	k.topics()
 	k.graph()
 	k.outputs()
+	k.sourcePositions()
 	k.service()
 	k.demo()
 	return k.errs
@@ -434,6 +435,40 @@ func (k *checker) outputs() {
 	for _, ref := range c.clusters {
 		if !sameBrokers(ref.brokers, c.Brokers) {
 			k.errorf(ref.path, "a Kafka transaction cannot span clusters; sources, sinks and the dead-letter topic must use the top-level brokers")
+		}
+	}
+}
+
+// Headers audit.source_positions sets on sink records; the pipeline
+// package writes them, the audit reads them.
+var positionHeaders = []string{"pipeline.source", "pipeline.output"}
+
+// sourcePositions checks that audit.source_positions can mean what it says:
+// each sink record derives from one input record, and the audit that
+// checks them runs.
+func (k *checker) sourcePositions() {
+	c := k.c
+	if !c.Audit.SourcePositions {
+		return
+	}
+	if !c.Audit.Enabled {
+		k.errorf("audit.source_positions", "needs audit.enabled: the positions are checked against the progress records, which audit.enabled: false turns off")
+	}
+	for _, s := range c.Steps {
+		m, ok := s.Spec.(map[string]any)
+		if s.Kind != "aggregate" || !ok || m["emit"] != "checkpoint" {
+			continue
+		}
+		// Its records stand for every input of their key in the
+		// checkpoint: no one position is theirs.
+		k.errorf(s.Path+".aggregate.emit", "emit: checkpoint writes one record for many inputs, which has no single source position; "+
+			"audit.source_positions needs steps that write each record for one input (use emit: update, or turn audit.source_positions off)")
+	}
+	for _, s := range c.Sinks {
+		for _, h := range positionHeaders {
+			if _, ok := s.Headers[h]; ok {
+				k.errorf(s.Path+".headers."+h, "header %q is the one audit.source_positions sets; choose another name", h)
+			}
 		}
 	}
 }

@@ -202,6 +202,23 @@ func TestValidationRules(t *testing.T) {
 		{"a dead-letter topic equal to a sink topic is rejected", "dead_letter: {topic: output}", `dead_letter.topic (line 7): topic "output" is also written by sinks.out`},
 		{"an invalid dead-letter topic is rejected", "dead_letter: {topic: 'd l q'}", `dead_letter.topic (line 7): "d l q" is not a valid topic name`},
 
+		// audit
+		{"source positions are off by default and accepted on", "audit: {source_positions: true}", ""},
+		{"source positions without progress records are rejected", "audit: {enabled: false, source_positions: true}",
+			"audit.source_positions (line 7): needs audit.enabled: the positions are checked against the progress records"},
+		{"source positions with one-to-one and one-to-many steps are accepted",
+			"audit: {source_positions: true}\nsteps:\n  - flat_map: value.items\n  - {name: r, split: {a: x}}\n  - {from: r.a, aggregate: {fields: {n: count}, emit: update}}", ""},
+		{"source positions with an aggregate emitting at checkpoints are rejected",
+			"audit: {source_positions: true}\nsteps:\n  - aggregate:\n      fields: {n: count}\n      emit: checkpoint",
+			"steps[0].aggregate.emit (line 11): emit: checkpoint writes one record for many inputs, which has no single source position"},
+		{"an aggregate emitting at checkpoints is accepted without source positions",
+			"steps:\n  - aggregate: {fields: {n: count}, emit: checkpoint}", ""},
+		{"a sink header named like a source-position header is rejected with source positions",
+			"audit: {source_positions: true}\nsinks:\n  out: {topic: output, headers: {pipeline.output: value.x}}",
+			`sinks.out.headers.pipeline.output (line 6): header "pipeline.output" is the one audit.source_positions sets`},
+		{"a sink header named pipeline.source is accepted without source positions",
+			"sinks:\n  out: {topic: output, headers: {pipeline.source: value.x}}", ""},
+
 		// log, metrics
 		{"an unknown log level is rejected", "log: {level: verbose}", `log.level (line 7): must be one of debug, info, warn or error, found "verbose"`},
 		{"an unknown log format is rejected", "log: {format: xml}", `log.format (line 7): must be one of text or json, found "xml"`},

@@ -240,7 +240,7 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 		default:
 			errf(sk.Path+".from", "required: there are several sources and no steps")
 		}
-		n.sink = buildSink(sk, cfg.Producer.BatchMaxBytes, cfg.Line, &errs)
+		n.sink = buildSink(sk, cfg.Producer.BatchMaxBytes, cfg.Audit.SourcePositions, cfg.Line, &errs)
 		if ok {
 			n.inputs = []streamRef{ref}
 			n.afterParallel = ref.node.afterParallel || ref.node.parallel != nil

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/pipeline-run/pipeline/config"
@@ -16,7 +17,8 @@ type sinkDef struct {
 	key, value             *Expr
 	headers                []headerExpr
 	keyFormat, valueFormat Format
-	maxBytes               int // largest record the producer accepts
+	maxBytes               int  // largest record the producer accepts
+	positions              bool // audit.source_positions: stamp records with HeaderSource and HeaderOutput
 }
 
 // recordOverhead is a generous bound on what a record adds to its key,
@@ -24,9 +26,9 @@ type sinkDef struct {
 // deltas).
 const recordOverhead = 64
 
-func buildSink(sk *config.Sink, maxBytes int32, line func(string) int, errs *BuildErrors) *sinkDef {
+func buildSink(sk *config.Sink, maxBytes int32, positions bool, line func(string) int, errs *BuildErrors) *sinkDef {
 	spec := &Spec{Name: sk.Name, Kind: "sink", Path: sk.Path, line: line, errs: errs}
-	d := &sinkDef{name: sk.Name, path: sk.Path, topic: sk.Topic, partitions: sk.Partitions, maxBytes: int(maxBytes)}
+	d := &sinkDef{name: sk.Name, path: sk.Path, topic: sk.Topic, partitions: sk.Partitions, maxBytes: int(maxBytes), positions: positions}
 	var err error
 	if d.valueFormat, err = ParseFormat(sk.Format); err != nil {
 		spec.Errorf(".format", "%v", err)
@@ -54,7 +56,23 @@ type Producer interface {
 type sinkOp struct {
 	def  *sinkDef
 	prod Producer
+
+	// With def.positions: how many records this sink wrote for each input
+	// in checkpoint epoch. A map, not a counter for the last input: a
+	// parallel stage's workers interleave the outputs of different inputs.
+	ordinals map[Position]uint32
+	epoch    CheckpointID
 }
+
+// Headers set on sink records with audit.source_positions.
+const (
+	// HeaderSource is where the input record a sink record derives from
+	// was read: "topic/partition@offset".
+	HeaderSource = "pipeline.source"
+	// HeaderOutput says which of that input's outputs the record is:
+	// "<sink>/<n>", n counting from 0 the records the sink wrote for it.
+	HeaderOutput = "pipeline.output"
+)
 
 func (s *sinkOp) Process(ctx *Context, r *Record) error {
 	var key, value []byte
@@ -83,7 +101,13 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 	}
 	kr := &kgo.Record{Topic: s.def.topic, Key: key, Value: value, Timestamp: r.Timestamp}
 	size := len(key) + len(value) + recordOverhead
-	if n := len(r.Headers) + len(s.def.headers); n > 0 {
+	n := len(r.Headers) + len(s.def.headers)
+	stamp := s.def.positions && r.Source.Topic != "" // a record built from nothing has no position
+	var ordinal uint32
+	if stamp {
+		n += 2
+	}
+	if n > 0 {
 		kr.Headers = make([]kgo.RecordHeader, 0, n)
 		for _, h := range r.Headers {
 			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
@@ -99,6 +123,10 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 			}
 			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.name, Value: b})
 		}
+		if stamp {
+			ordinal = s.ordinal(ctx, r.Source)
+			kr.Headers = appendPosition(kr.Headers, s.def.name, r.Source, ordinal)
+		}
 		for _, h := range kr.Headers {
 			size += len(h.Key) + len(h.Value) + 8
 		}
@@ -109,8 +137,44 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 	if s.def.maxBytes > 0 && size > s.def.maxBytes {
 		return fmt.Errorf("output record of about %d bytes for %s is larger than producer.batch_max_bytes (%d)", size, s.def.topic, s.def.maxBytes)
 	}
+	if stamp {
+		s.ordinals[r.Source] = ordinal + 1
+	}
 	s.prod.Produce(kr)
 	return nil
+}
+
+// ordinal returns the HeaderOutput number of the next record for src. The
+// counts start again with each checkpoint: an aborted one's records are
+// replayed in the next, which must number them from 0 again. Every record
+// of one checkpoint is processed before the next begins (the barrier): the
+// coordinator moves rt.nextID on only while no task or worker runs, so the
+// id read here is the record's checkpoint, and reading it needs no lock.
+func (s *sinkOp) ordinal(ctx *Context, src Position) uint32 {
+	if id := ctx.task.rt.nextID; s.ordinals == nil || id != s.epoch {
+		if s.ordinals == nil {
+			s.ordinals = make(map[Position]uint32)
+		}
+		clear(s.ordinals)
+		s.epoch = id
+	}
+	return s.ordinals[src]
+}
+
+// appendPosition appends HeaderSource and HeaderOutput, their values
+// sharing one allocation.
+func appendPosition(hs []kgo.RecordHeader, sink string, src Position, ordinal uint32) []kgo.RecordHeader {
+	b := make([]byte, 0, len(src.Topic)+len(sink)+48)
+	b = append(b, src.Topic...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(src.Partition), 10)
+	b = append(b, '@')
+	b = strconv.AppendInt(b, src.Offset, 10)
+	n := len(b)
+	b = append(b, sink...)
+	b = append(b, '/')
+	b = strconv.AppendUint(b, uint64(ordinal), 10)
+	return append(hs, kgo.RecordHeader{Key: HeaderSource, Value: b[:n:n]}, kgo.RecordHeader{Key: HeaderOutput, Value: b[n:]})
 }
 
 // toTime reads a timestamp from an expression result: Unix milliseconds, an
