@@ -122,12 +122,13 @@ func TestSourcePositionsCostNoAllocationWhenOff(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-		want := 1.0
+		// Output records come in chunks: a fraction of an allocation each.
+		want := 0.0
 		if on {
-			want = 3
+			want = 2
 		}
-		if allocs != want {
-			t.Errorf("source positions %v: %v allocations per record, want %v", on, allocs, want)
+		if allocs < want || allocs > want+0.1 {
+			t.Errorf("source positions %v: %v allocations per record, want %v and a fraction", on, allocs, want)
 		}
 	}
 }
