@@ -124,6 +124,7 @@ func TestAbortedCheckpointsReplayExactlyOnce(t *testing.T) {
 		t.Fatalf("a clean abort rebuilt the transactional client %d times; it should replay with the same client", st.Rebuilds)
 	}
 	r := CheckRun(t, e.seeds, CheckSpec{Input: e.input, Output: e.output, Group: e.group, InputRecords: records})
+	e.audit(pc.Write(t, e.logDir), records)
 	t.Logf("figures: %d records, %d checkpoints aborted on purpose (%d while input flowed), %d aborted and %d committed in all, %v; %d aborted-transaction records (%d abort, %d commit markers)",
 		records, fired.Load(), firedWhileFlowing.Load(), st.Aborted, st.Committed, time.Since(start).Round(time.Millisecond),
 		r.AbortedRecords, r.AbortMarkers, r.CommitMarkers)

@@ -77,7 +77,9 @@ func (r *chaosRun) drainAndCheck(p *Process) *Report {
 		return offsetsReached(c, end), fmt.Sprintf("committed %v, input end %v", sorted(c), sorted(end))
 	})
 	p.Term()
-	return CheckRun(r.t, r.e.seeds, CheckSpec{Input: r.e.input, Output: r.e.output, Group: r.e.group, InputRecords: r.records})
+	rep := CheckRun(r.t, r.e.seeds, CheckSpec{Input: r.e.input, Output: r.e.output, Group: r.e.group, InputRecords: r.records})
+	r.e.audit(r.cfgPath, r.records)
+	return rep
 }
 
 // TestPausedLongerThanTheTransactionTimeout freezes the pipeline (SIGSTOP)

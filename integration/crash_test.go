@@ -120,6 +120,7 @@ func runRestarts(t *testing.T, plan restartPlan) {
 
 	checkStart := time.Now()
 	r := CheckRun(t, e.seeds, CheckSpec{Input: e.input, Output: e.output, Group: e.group, InputRecords: records})
+	e.audit(cfgPath, records)
 	t.Logf("figures: %d records, %d %ss, %v (checker %v), %d aborted-transaction records seen under read_uncommitted (%d abort, %d commit markers)",
 		records, plan.stops, plan.stopName, time.Since(start).Round(time.Millisecond), time.Since(checkStart).Round(time.Millisecond),
 		r.AbortedRecords, r.AbortMarkers, r.CommitMarkers)

@@ -104,6 +104,7 @@ func TestRebalancesMidStream(t *testing.T) {
 	})
 	t.Logf("open transactions of the killed instance gone %v after the drain (transaction time-out 12s)", time.Since(killedAt).Round(time.Millisecond))
 	r := CheckRun(t, e.seeds, CheckSpec{Input: e.input, Output: e.output, Group: e.group, InputRecords: records})
+	e.audit(cfg2, records)
 	t.Logf("figures: %d records, 1 join and 1 SIGKILL, %v, %d aborted-transaction records seen under read_uncommitted",
 		records, time.Since(start).Round(time.Millisecond), r.AbortedRecords)
 }

@@ -106,6 +106,7 @@ func runCountKills(t *testing.T, backend string) {
 	p.Term()
 
 	checkCounts(t, e, records, keys)
+	e.audit(cfgPath, records)
 	t.Logf("figures: %s backend, %d records, %d keys, %d SIGKILLs, %v, every count and sum exact", backend, records, keys, kills, time.Since(start).Round(time.Millisecond))
 }
 
@@ -178,6 +179,7 @@ func TestKeyedCountsAcrossARebalance(t *testing.T) {
 	p1.Term()
 	p2.Term()
 	checkCounts(t, e, records, keys)
+	e.audit(cfg1, records)
 }
 
 // checkCounts reads the count pipeline's output and checks every key's last
@@ -320,6 +322,9 @@ func TestRekeyedCountsSurviveRepeatedSIGKILL(t *testing.T) {
 	if bad > 0 {
 		t.Fatalf("%d of %d buckets wrong", bad, buckets)
 	}
+	// The audit's inputs are the source and the repartition topic, which
+	// holds every record once more.
+	e.audit(cfgPath, 2*records)
 	t.Logf("figures: %d records re-keyed into %d buckets through 5 SIGKILLs: every count and sum exact", records, buckets)
 }
 
@@ -371,6 +376,7 @@ func TestCrashesAroundTheCommitLoseNoState(t *testing.T) {
 				t.Fatalf("the restart replayed no changelog tail:\n%s", p.Tail(20))
 			}
 			checkCounts(t, e, records, keys)
+			e.audit(cfgPath, records)
 		})
 	}
 }
