@@ -39,6 +39,13 @@ type Spec struct {
 	DeadLetter string
 	// Window bounds the audit; the zero Window audits the whole history.
 	Window Window
+	// StartLatest says a new group of the pipeline starts at the end of
+	// its inputs (consumer.start_from: latest), skipping what is there on
+	// purpose. Where that end was is not recorded, so the records before
+	// each input partition's first checkpoint, and before the group's
+	// offset on partitions no checkpoint consumed, are not checked (a note
+	// says so). False (start_from: earliest, the default) checks them.
+	StartLatest bool
 }
 
 // Check names one property of an exactly-once history.
@@ -46,10 +53,10 @@ type Check string
 
 const (
 	Overlap     Check = "overlap"      // input offsets consumed by two committed checkpoints
-	Gap         Check = "gap"          // input records between committed checkpoints' ranges, consumed by none
+	Gap         Check = "gap"          // input records consumed by no committed checkpoint: between two ranges, or before a partition's first
 	OutputCount Check = "output-count" // an output partition holds other than what committed checkpoints wrote
 	Hanging     Check = "hanging"      // a transaction left open on an output partition
-	Offsets     Check = "offsets"      // the group's committed offsets differ from the last checkpoint's end
+	Offsets     Check = "offsets"      // the group's committed offsets differ from the last checkpoint's end, or skip records no checkpoint consumed
 	Progress    Check = "progress"     // a progress record that cannot be read
 
 	// With source positions (Spec.Positioned):
@@ -184,6 +191,12 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 			inputData[k] = append(inputData[k], rec.Offset)
 		}
 	}
+	// Listed after the reads: retention meanwhile moves a start later,
+	// never earlier, so records it removed are not counted as skipped.
+	logStart, err := logStarts(ctx, adm, spec.Inputs)
+	if err != nil {
+		return nil, err
+	}
 	lastEnd := map[tp]int64{}
 	for k, spans := range h.consumed {
 		data := inputData[k]
@@ -192,6 +205,11 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 				r.InputRecords += countIn(data, s.first, s.last)
 			}
 			if i == 0 {
+				// The head, before the partition's first range, belongs
+				// to the checkpoint that consumed that range.
+				if s.cp.in && !spec.StartLatest {
+					headGap(r, k, data, logStart[k], s)
+				}
 				continue
 			}
 			prev := spans[i-1]
@@ -294,10 +312,95 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 	if !whole && len(lastEnd) < len(h.consumed) {
 		r.Notes = append(r.Notes, fmt.Sprintf("the group's offsets were checked on %d of %d input partitions: on the others the last checkpoint is after the window", len(lastEnd), len(h.consumed)))
 	}
+	// A partition no committed checkpoint consumed, at all, has only a
+	// head: the group's offset there skips what lies before it. That is
+	// checked when the window holds the first checkpoint of the history,
+	// as a head is with its partition's first checkpoint.
+	unconsumed := skippedUnconsumed(spec, h, committed, inputData, logStart)
+	switch {
+	case spec.StartLatest:
+		r.Notes = append(r.Notes, "consumer.start_from is latest: a new group starts at the end its inputs had then, which is not recorded, "+
+			"so the records before each input partition's first checkpoint, and before the group's offset on partitions no checkpoint consumed, were not checked")
+	case len(h.cps) == 0 || h.cps[0].in:
+		for _, u := range unconsumed {
+			r.add(Offsets, u.tp.String(), "the group's committed offset is %d, but no committed checkpoint consumed this partition: "+
+				"the %d records before it (offsets %d..%d, from the log start) are skipped (the offset moved by `pipeline offsets reset` or by hand, "+
+				"or the pipeline ran before its progress records begin)",
+				u.at, u.skipped, u.start, u.at-1)
+		}
+	case len(unconsumed) > 0:
+		r.Notes = append(r.Notes, fmt.Sprintf("the group's offsets on %d input partitions that no committed checkpoint consumed were not checked: the window starts after the first checkpoint", len(unconsumed)))
+	}
 	slices.SortFunc(r.Findings, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(a.Check, b.Check), cmp.Compare(a.Where, b.Where), cmp.Compare(a.Detail, b.Detail))
 	})
 	return r, nil
+}
+
+// headGap reports the records of partition k before its first committed
+// range, first, from the log start on: no checkpoint consumed them.
+// Records removed by retention are not there to count, and a log start
+// after the range leaves nothing.
+func headGap(r *Report, k tp, data []int64, start int64, first span) {
+	n := countIn(data, start, first.first-1)
+	if n == 0 {
+		return
+	}
+	r.add(Gap, fmt.Sprintf("%s@%d", k, start), "%d records (offsets %d..%d, from the log start) lie before checkpoint %s (starts at %d), the first on this partition, "+
+		"and were consumed by no committed checkpoint: the group's offset was past them (moved by `pipeline offsets reset` or by hand), "+
+		"or the pipeline ran before its progress records begin; if that was deliberate, audit --from a checkpoint committed after %s",
+		n, start, first.first-1, first.cp.id, first.first, first.cp.id)
+}
+
+// unconsumedOffset is a committed group offset on an input partition that
+// no committed checkpoint consumed, with the records it skips.
+type unconsumedOffset struct {
+	tp
+	at, start, skipped int64
+}
+
+// skippedUnconsumed returns the input partitions that no committed
+// checkpoint consumed on which the group's committed offset lies past
+// records still in the log, sorted. An offset at the log start (or one
+// with only transaction markers and aborted records before it) skips
+// nothing; records after it are lag.
+func skippedUnconsumed(spec Spec, h *history, committed kadm.OffsetResponses, inputData map[tp][]int64, logStart map[tp]int64) []unconsumedOffset {
+	var out []unconsumedOffset
+	committed.Each(func(o kadm.OffsetResponse) {
+		k := tp{o.Topic, o.Partition}
+		if o.Err != nil || !slices.Contains(spec.Inputs, k.topic) || len(h.consumed[k]) > 0 {
+			return
+		}
+		if n := countIn(inputData[k], logStart[k], o.At-1); n > 0 {
+			out = append(out, unconsumedOffset{k, o.At, logStart[k], n})
+		}
+	})
+	slices.SortFunc(out, func(a, b unconsumedOffset) int {
+		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+	return out
+}
+
+// logStarts lists the earliest offset still in the log of each partition
+// of topics.
+func logStarts(ctx context.Context, adm *kadm.Client, topics []string) (map[tp]int64, error) {
+	out := map[tp]int64{}
+	if len(topics) == 0 {
+		return out, nil
+	}
+	listed, err := adm.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("listing the start offsets of the inputs: %w", err)
+	}
+	var errs []error
+	listed.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			errs = append(errs, fmt.Errorf("listing the start offset of %s/%d: %w", o.Topic, o.Partition, o.Err))
+			return
+		}
+		out[tp{o.Topic, o.Partition}] = o.Offset
+	})
+	return out, errors.Join(errs...)
 }
 
 // readProgress reads the group's committed progress records, in the order

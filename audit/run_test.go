@@ -23,8 +23,9 @@ import (
 // number poison says are not JSON), runs the pipeline body (everything but
 // name and brokers; the name is its group) until its group has consumed
 // them all, aborting every third checkpoint on purpose, and returns a
-// client of the cluster and how many checkpoints were aborted.
-func realRun(t *testing.T, name, body string, n int, poison func(int) bool) (*kgo.Client, int64) {
+// client of the cluster and how many checkpoints were aborted. prepare, if
+// not nil, runs after the input is written and before the pipeline starts.
+func realRun(t *testing.T, name, body string, n int, poison func(int) bool, prepare func(context.Context, *kgo.Client)) (*kgo.Client, int64) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "in"))
 	if err != nil {
@@ -49,6 +50,9 @@ func realRun(t *testing.T, name, body string, n int, poison func(int) bool) (*kg
 	}
 	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatal(err)
+	}
+	if prepare != nil {
+		prepare(ctx, cl)
 	}
 	cfg, err := config.Parse(fmt.Appendf(nil, "name: %s\nbrokers: [%s]\n%s", name, addr, body), name+".yaml", func(string) (string, bool) { return "", false })
 	if err != nil {
@@ -106,7 +110,7 @@ sources: {in: {topics: [in]}}
 steps: [{filter: "value.seq % 7 != 0"}, {map: "{seq: value.seq}"}]
 sinks: {out: {topic: out}}
 dead_letter: {topic: dlq}
-`, n, nil)
+`, n, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r, err := Run(ctx, cl, Spec{Group: "audited", Inputs: []string{"in"}, Outputs: []string{"out", "dlq"}, Progress: "audited-progress", TxnTimeout: 20 * time.Second})
@@ -147,7 +151,7 @@ sinks:
   evens: {from: route.even, topic: evens}
   odds: {from: route, topic: out}
 dead_letter: {topic: dlq}
-`, n, poison)
+`, n, poison, nil)
 	// Per input: nothing for a multiple of 7, a dead letter for poison,
 	// else k = 2 for a multiple of 3 (1 otherwise) records from sink all
 	// and k more from evens or odds.
@@ -221,4 +225,65 @@ dead_letter: {topic: dlq}
 			spec.Window.From, w.Checkpoints, w.InputRecords, w.Sourced, r.Checkpoints, r.InputRecords, r.Sourced)
 	}
 	t.Logf("from %s: %d checkpoints, %d inputs, %d outputs checked by source position", spec.Window.From, w.Checkpoints, w.InputRecords, w.Sourced)
+}
+
+// TestAuditOfARealRunPastHandCommittedOffsets commits the group's offsets
+// by hand at 50 on each input partition before the pipeline ever runs,
+// then runs it to the end: the first 50 records of each partition are
+// never processed, and the audit must say so, per partition, with the
+// count.
+func TestAuditOfARealRunPastHandCommittedOffsets(t *testing.T) {
+	const n, ahead = 3000, 50
+	var moved int
+	cl, _ := realRun(t, "ahead", `
+instance_id: i1
+checkpoint: {interval: 100ms, timeout: 10s, max_records: 500}
+transactions: {timeout: 20s}
+sources: {in: {topics: [in]}}
+steps: [{map: "{seq: value.seq}"}]
+sinks: {out: {topic: out}}
+`, n, nil, func(ctx context.Context, cl *kgo.Client) {
+		adm := kadm.NewClient(cl)
+		ends, err := adm.ListEndOffsets(ctx, "in")
+		if err != nil {
+			t.Fatal(err)
+		}
+		os := kadm.Offsets{}
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err != nil || o.Offset < ahead {
+				t.Errorf("in/%d ends at %d (%v): fewer than %d records", o.Partition, o.Offset, o.Err, ahead)
+				return
+			}
+			os.AddOffset("in", o.Partition, ahead, -1)
+			moved++
+		})
+		resp, err := adm.CommitOffsets(ctx, "ahead", os)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if moved != 3 {
+		t.Fatalf("offsets committed by hand on %d partitions, want 3", moved)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Run(ctx, cl, Spec{Group: "ahead", Inputs: []string{"in"}, Outputs: []string{"out"}, Progress: "ahead-progress", TxnTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for p := range 3 {
+		want = append(want, fmt.Sprintf("gap in/%d@0: %d records (offsets 0..%d, from the log start) lie before checkpoint i1/", p, ahead, ahead-1))
+	}
+	expectFindings(t, r, want)
+	if r.InputRecords != n-3*ahead {
+		t.Fatalf("audit accounted for %d inputs, want %d", r.InputRecords, n-3*ahead)
+	}
+	t.Logf("%d checkpoints, %d inputs accounted for", r.Checkpoints, r.InputRecords)
+	for _, f := range r.Findings {
+		t.Log(f)
+	}
 }

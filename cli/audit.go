@@ -61,7 +61,8 @@ func (e *env) audit(ctx context.Context, args []string) error {
 	}
 	defer cl.Close()
 	spec := audit.Spec{Group: cfg.Group, Inputs: g.SourceTopics(), Outputs: g.OutputTopics(), Progress: cfg.Audit.Topic,
-		TxnTimeout: cfg.Transactions.Timeout, DeadLetter: cfg.DeadLetter.Topic, Window: w}
+		TxnTimeout: cfg.Transactions.Timeout, DeadLetter: cfg.DeadLetter.Topic, Window: w,
+		StartLatest: cfg.Consumer.StartFrom == "latest"}
 	if cfg.Audit.SourcePositions {
 		for _, s := range cfg.Sinks {
 			spec.Positioned = append(spec.Positioned, s.Topic)
