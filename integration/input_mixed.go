@@ -15,7 +15,9 @@ import (
 // Input that is more than generator records: poison records the pipeline
 // must route to its dead-letter topic, and input written in transactions,
 // some of them aborted. Verify refuses anything but generator records in the
-// input, on purpose; VerifyExcept below is its variant for these inputs.
+// input, on purpose, unless CheckSpec.Skip leaves the others out, and judges
+// transactional input by its committed records when
+// CheckSpec.TransactionalInput says so.
 
 // PoisonKind says how a poison record fails in the pipeline.
 type PoisonKind int
@@ -287,93 +289,6 @@ func sleepUnlessDone(ctx context.Context, d time.Duration) bool {
 	case <-timer.C:
 		return true
 	}
-}
-
-// VerifyExcept is Verify for an input that holds more than generator
-// records. Input records for which skip is true (poison records) are left
-// out of the input the invariants are judged against, so any output of
-// theirs is a violation; every other committed input record must be a
-// generator record.
-//
-// The input end the group's offsets must match is the offset after the
-// partition's last read_committed record. A transactional input's high
-// watermark is beyond that (its last commit marker, and aborted records
-// after it); the group's offset may lie anywhere from that end to the high
-// watermark, since a consumer passes over markers and aborted records, so
-// every such position resumes the same.
-func VerifyExcept(ctx context.Context, seeds []string, spec CheckSpec, skip func(value []byte) bool) (*Report, error) {
-	if spec.Derive == nil {
-		spec.Derive = DoubledSeq
-	}
-	if spec.Timeout == 0 {
-		spec.Timeout = 2 * time.Minute
-	}
-	ctx, cancel := context.WithTimeout(ctx, spec.Timeout)
-	defer cancel()
-
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-
-	// A transaction still open on the input would hide its records from
-	// this read, and the end computed below could pass over them.
-	in, err := settledPartitions(ctx, adm, spec.Input)
-	if err != nil {
-		return nil, err
-	}
-	for p, hwm := range in.hwm {
-		if in.lso[p] != hwm {
-			return nil, fmt.Errorf("input %s/%d has a transaction open at %d (high watermark %d)", spec.Input, p, in.lso[p], hwm)
-		}
-	}
-	out, err := settledPartitions(ctx, adm, spec.Output)
-	if err != nil {
-		return nil, err
-	}
-	h := &history{spec: spec, outHWM: out.hwm, outLSO: out.lso}
-
-	inRecs, err := readTopic(ctx, cl, adm, in, in.lso, readCommitted)
-	if err != nil {
-		return nil, fmt.Errorf("reading input %s: %w", spec.Input, err)
-	}
-	kept := make(map[int32][]logRecord)
-	for p, rs := range inRecs {
-		for _, r := range rs {
-			if !skip(r.Value) {
-				kept[p] = append(kept[p], r)
-			}
-		}
-	}
-	if h.input, err = parseInput(kept); err != nil {
-		return nil, fmt.Errorf("input %s: %w", spec.Input, err)
-	}
-	if spec.InputRecords > 0 && len(h.input) != spec.InputRecords {
-		return nil, fmt.Errorf("input %s holds %d records to check, want %d", spec.Input, len(h.input), spec.InputRecords)
-	}
-	if h.committed, err = readTopic(ctx, cl, adm, out, out.lso, readCommitted); err != nil {
-		return nil, fmt.Errorf("reading output %s read_committed: %w", spec.Output, err)
-	}
-	if h.uncommitted, err = readTopic(ctx, cl, adm, out, out.hwm, readUncommittedWithMarkers); err != nil {
-		return nil, fmt.Errorf("reading output %s read_uncommitted: %w", spec.Output, err)
-	}
-	if h.groupOffsets, h.pendingOffsets, err = GroupOffsets(ctx, adm, spec.Group, spec.Input); err != nil {
-		return nil, fmt.Errorf("fetching offsets of group %s: %w", spec.Group, err)
-	}
-	h.inEnd = make(map[int32]int64)
-	for p, hwm := range in.hwm {
-		end := in.start[p]
-		if rs := inRecs[p]; len(rs) > 0 {
-			end = rs[len(rs)-1].Offset + 1
-		}
-		if g, ok := h.groupOffsets[p]; ok && g > end && g <= hwm {
-			end = g
-		}
-		h.inEnd[p] = end
-	}
-	return h.check(), nil
 }
 
 // TxnOutcomes reads topic under read_uncommitted, markers included, once

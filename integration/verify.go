@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -101,6 +102,8 @@ type Report struct {
 	Input, Output, Group string
 
 	InputRecords int
+	// SkippedInput are committed input records CheckSpec.Skip left out.
+	SkippedInput int
 	// OutputRecords are data records visible to read_committed.
 	OutputRecords int
 	// UncommittedRecords are data records visible to read_uncommitted.
@@ -148,8 +151,12 @@ func (r *Report) add(inv Invariant, v Violation) {
 
 // Summary is the one-line account of what was read.
 func (r *Report) Summary() string {
-	return fmt.Sprintf("input %s: %d records; output %s: %d records read_committed, %d read_uncommitted (%d in aborted transactions, %d in open ones; %d commit and %d abort markers); group %s",
-		r.Input, r.InputRecords, r.Output, r.OutputRecords, r.UncommittedRecords,
+	skipped := ""
+	if r.SkippedInput > 0 {
+		skipped = fmt.Sprintf(" (%d more left out)", r.SkippedInput)
+	}
+	return fmt.Sprintf("input %s: %d records%s; output %s: %d records read_committed, %d read_uncommitted (%d in aborted transactions, %d in open ones; %d commit and %d abort markers); group %s",
+		r.Input, r.InputRecords, skipped, r.Output, r.OutputRecords, r.UncommittedRecords,
 		r.AbortedRecords, r.OpenRecords, r.CommitMarkers, r.AbortMarkers, r.Group)
 }
 
@@ -247,6 +254,21 @@ type CheckSpec struct {
 	InputRecords int
 	// Derive checks each output against its input; nil means DoubledSeq.
 	Derive Derivation
+	// Skip, when not nil, leaves out of the input the invariants are
+	// judged against every committed input record whose value it is true
+	// for (poison records, which belong in a dead-letter topic), so that an
+	// output of theirs is a violation. Every other committed input record
+	// must be a generator record.
+	Skip func(value []byte) bool
+	// TransactionalInput says the input was written in transactions, some
+	// perhaps aborted. The checker then waits for the input's transactions
+	// to end and will not judge while one is open (its records would be
+	// missed), and the input end the group's offsets must match is the
+	// offset after each partition's last read_committed record: the commit
+	// markers and aborted records beyond it are passed over by a consumer,
+	// so a group offset anywhere from there to the high watermark resumes
+	// the same.
+	TransactionalInput bool
 	// Timeout bounds reading everything back; zero means two minutes.
 	Timeout time.Duration
 }
@@ -290,26 +312,51 @@ func Verify(ctx context.Context, seeds []string, spec CheckSpec) (*Report, error
 	adm := kadm.NewClient(cl)
 
 	h := &history{spec: spec}
-	in, err := listPartitions(ctx, adm, spec.Input)
+	list := listPartitions
+	if spec.TransactionalInput {
+		// An input transaction still open would hide its records from the
+		// read below, and the end computed from them could pass over them.
+		list = settledPartitions
+	}
+	in, err := list(ctx, adm, spec.Input)
 	if err != nil {
 		return nil, err
+	}
+	if spec.TransactionalInput {
+		for _, p := range in.partitions() {
+			if in.lso[p] != in.hwm[p] {
+				return nil, fmt.Errorf("input %s/%d has a transaction open at %d (high watermark %d)", spec.Input, p, in.lso[p], in.hwm[p])
+			}
+		}
 	}
 	out, err := settledPartitions(ctx, adm, spec.Output)
 	if err != nil {
 		return nil, err
 	}
-	h.inEnd = in.hwm
 	h.outHWM, h.outLSO = out.hwm, out.lso
 
 	inRecs, err := readTopic(ctx, cl, adm, in, in.lso, readCommitted)
 	if err != nil {
 		return nil, fmt.Errorf("reading input %s: %w", spec.Input, err)
 	}
-	if h.input, err = parseInput(inRecs); err != nil {
+	kept := inRecs
+	if spec.Skip != nil {
+		kept = make(map[int32][]logRecord)
+		for p, rs := range inRecs {
+			for _, r := range rs {
+				if spec.Skip(r.Value) {
+					h.skipped++
+					continue
+				}
+				kept[p] = append(kept[p], r)
+			}
+		}
+	}
+	if h.input, err = parseInput(kept); err != nil {
 		return nil, fmt.Errorf("input %s: %w", spec.Input, err)
 	}
 	if spec.InputRecords > 0 && len(h.input) != spec.InputRecords {
-		return nil, fmt.Errorf("input %s holds %d records, want %d", spec.Input, len(h.input), spec.InputRecords)
+		return nil, fmt.Errorf("input %s holds %d records to check (%d more left out), want %d", spec.Input, len(h.input), h.skipped, spec.InputRecords)
 	}
 	if h.committed, err = readTopic(ctx, cl, adm, out, out.lso, readCommitted); err != nil {
 		return nil, fmt.Errorf("reading output %s read_committed: %w", spec.Output, err)
@@ -319,6 +366,20 @@ func Verify(ctx context.Context, seeds []string, spec CheckSpec) (*Report, error
 	}
 	if h.groupOffsets, h.pendingOffsets, err = GroupOffsets(ctx, adm, spec.Group, spec.Input); err != nil {
 		return nil, fmt.Errorf("fetching offsets of group %s: %w", spec.Group, err)
+	}
+	h.inEnd = in.hwm
+	if spec.TransactionalInput {
+		h.inEnd = make(map[int32]int64)
+		for p, hwm := range in.hwm {
+			end := in.start[p]
+			if rs := inRecs[p]; len(rs) > 0 {
+				end = rs[len(rs)-1].Offset + 1
+			}
+			if g, ok := h.groupOffsets[p]; ok && g > end && g <= hwm {
+				end = g
+			}
+			h.inEnd[p] = end
+		}
 	}
 	return h.check(), nil
 }
@@ -400,10 +461,9 @@ func GroupOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (c
 	return committed, pending, firstErr
 }
 
-// topicState is a topic's partitions, leaders and offsets, listed once.
+// topicState is a topic's partitions and offsets, listed once.
 type topicState struct {
 	topic    string
-	id       [16]byte
 	leaders  map[int32]int32
 	start    map[int32]int64
 	hwm, lso map[int32]int64
@@ -411,8 +471,17 @@ type topicState struct {
 
 func listPartitions(ctx context.Context, adm *kadm.Client, topic string) (*topicState, error) {
 	ts := &topicState{topic: topic}
-	if err := ts.refreshLeaders(ctx, adm); err != nil {
-		return nil, err
+	tds, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("describing %s: %w", topic, err)
+	}
+	td, ok := tds[topic]
+	if !ok || td.Err != nil {
+		return nil, fmt.Errorf("describing %s: %v", topic, cmp.Or(td.Err, errors.New("not found")))
+	}
+	ts.leaders = make(map[int32]int32)
+	for p, pd := range td.Partitions {
+		ts.leaders[p] = pd.Leader
 	}
 	for _, l := range []struct {
 		into *map[int32]int64
@@ -441,23 +510,6 @@ func listPartitions(ctx context.Context, adm *kadm.Client, topic string) (*topic
 	return ts, nil
 }
 
-func (ts *topicState) refreshLeaders(ctx context.Context, adm *kadm.Client) error {
-	tds, err := adm.ListTopics(ctx, ts.topic)
-	if err != nil {
-		return fmt.Errorf("describing %s: %w", ts.topic, err)
-	}
-	td, ok := tds[ts.topic]
-	if !ok || td.Err != nil {
-		return fmt.Errorf("describing %s: %v", ts.topic, cmp.Or(td.Err, errors.New("not found")))
-	}
-	ts.id = td.ID
-	ts.leaders = make(map[int32]int32)
-	for p, pd := range td.Partitions {
-		ts.leaders[p] = pd.Leader
-	}
-	return nil
-}
-
 func (ts *topicState) partitions() []int32 {
 	return slices.Sorted(maps.Keys(ts.leaders))
 }
@@ -471,126 +523,36 @@ type logRecord struct {
 	Control       bool
 }
 
-type readMode struct {
-	name        string
-	committed   bool
-	keepControl bool
-}
-
+// How the checker reads: the output's data records as read_committed
+// shows them, and its whole log, markers included, to judge them by.
 var (
-	readCommitted              = readMode{name: "read_committed", committed: true}
-	readUncommittedWithMarkers = readMode{name: "read_uncommitted", keepControl: true}
+	readCommitted              = offsets.ReadOptions{Isolation: offsets.ReadCommitted}
+	readUncommittedWithMarkers = offsets.ReadOptions{Isolation: offsets.ReadUncommitted, KeepControl: true}
 )
 
-// readTopic reads every partition of ts from its start offset up to (not
-// including) the offset in to.
-//
-// It fetches with raw Fetch requests and kgo.ProcessFetchPartition, not a
-// consumer, because it must know exactly when a partition is read: the
-// offsets just below a read_committed target may be aborted records or
-// transaction markers that a consumer never hands back, so waiting for the
-// last record would never end. ProcessFetchPartition reports the next
-// offset to fetch whether or not it kept the records it skipped over.
-func readTopic(ctx context.Context, cl *kgo.Client, adm *kadm.Client, ts *topicState, to map[int32]int64, mode readMode) (map[int32][]logRecord, error) {
+// readTopic reads every partition of ts from its start up to (not
+// including) the offset in to, the end the checker listed for it, so that
+// the records read and the offsets judged are one picture. The admin
+// client is not needed; the parameter stays for callers that pass it.
+func readTopic(ctx context.Context, cl *kgo.Client, _ *kadm.Client, ts *topicState, to map[int32]int64, mode offsets.ReadOptions) (map[int32][]logRecord, error) {
+	mode.To = to
+	mode.Decompressor = newCheckerDecompressor()
+	recs, err := offsets.Read(ctx, cl, ts.topic, mode)
+	if err != nil {
+		return nil, err
+	}
 	out := make(map[int32][]logRecord)
-	next := maps.Clone(ts.start)
-	opts := kgo.ProcessFetchPartitionOpts{
-		KeepControlRecords: mode.keepControl,
-		Topic:              ts.topic,
-		IsolationLevel:     kgo.ReadUncommitted(),
+	for _, r := range recs {
+		out[r.Partition] = append(out[r.Partition], logRecord{
+			Offset:        r.Offset,
+			Key:           r.Key,
+			Value:         r.Value,
+			ProducerID:    r.ProducerID,
+			Transactional: r.Attrs.IsTransactional(),
+			Control:       r.Attrs.IsControl(),
+		})
 	}
-	if mode.committed {
-		opts.IsolationLevel = kgo.ReadCommitted()
-	}
-	decompressor := newCheckerDecompressor()
-	for {
-		byLeader := make(map[int32][]int32)
-		for _, p := range ts.partitions() {
-			if next[p] < to[p] {
-				byLeader[ts.leaders[p]] = append(byLeader[ts.leaders[p]], p)
-			}
-		}
-		if len(byLeader) == 0 {
-			return out, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%s read stopped at %v of %v: %w", mode.name, next, to, err)
-		}
-		stale := false
-		for leader, ps := range byLeader {
-			req := kmsg.NewPtrFetchRequest()
-			req.MaxWaitMillis = 500
-			req.MinBytes = 1
-			req.MaxBytes = 32 << 20
-			if mode.committed {
-				req.IsolationLevel = 1
-			}
-			rt := kmsg.NewFetchRequestTopic()
-			rt.Topic, rt.TopicID = ts.topic, ts.id
-			for _, p := range ps {
-				rp := kmsg.NewFetchRequestTopicPartition()
-				rp.Partition = p
-				rp.FetchOffset = next[p]
-				rp.PartitionMaxBytes = 8 << 20
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			req.Topics = append(req.Topics, rt)
-			kresp, err := cl.Broker(int(leader)).Request(ctx, req)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, err
-				}
-				stale = true // the broker may be gone; ask who leads now
-				continue
-			}
-			resp := kresp.(*kmsg.FetchResponse)
-			if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-				return nil, fmt.Errorf("fetching %s: %w", ts.topic, err)
-			}
-			for i := range resp.Topics {
-				for j := range resp.Topics[i].Partitions {
-					rp := &resp.Topics[i].Partitions[j]
-					p := rp.Partition
-					if _, ok := to[p]; !ok {
-						continue
-					}
-					opts.Partition, opts.Offset = p, next[p]
-					fp, nextOffset := kgo.ProcessFetchPartition(opts, rp, decompressor, nil)
-					if fp.Err != nil {
-						if kerr.IsRetriable(fp.Err) {
-							stale = true
-							continue
-						}
-						return nil, fmt.Errorf("fetching %s/%d at %d: %w", ts.topic, p, next[p], fp.Err)
-					}
-					for _, r := range fp.Records {
-						if r.Offset < to[p] {
-							out[p] = append(out[p], logRecord{
-								Offset:        r.Offset,
-								Key:           r.Key,
-								Value:         r.Value,
-								ProducerID:    r.ProducerID,
-								Transactional: r.Attrs.IsTransactional(),
-								Control:       r.Attrs.IsControl(),
-							})
-						}
-					}
-					next[p] = max(next[p], nextOffset)
-				}
-			}
-		}
-		if stale {
-			// Leadership moves or a broker is still coming back: give it a
-			// moment rather than spin, then ask who leads now.
-			timer := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-			case <-timer.C:
-			}
-			_ = ts.refreshLeaders(ctx, adm) // on failure, the old leaders are retried
-		}
-	}
+	return out, nil
 }
 
 func parseInput(recs map[int32][]logRecord) ([]InputRecord, error) {
@@ -625,9 +587,10 @@ func parseInput(recs map[int32][]logRecord) ([]InputRecord, error) {
 // the reading so that histories no correct broker would produce can be
 // built by hand in tests.
 type history struct {
-	spec  CheckSpec
-	input []InputRecord
-	inEnd map[int32]int64
+	spec    CheckSpec
+	input   []InputRecord
+	skipped int // input records left out by spec.Skip
+	inEnd   map[int32]int64
 
 	committed      map[int32][]logRecord // output data records, read_committed
 	uncommitted    map[int32][]logRecord // output records and markers, read_uncommitted
@@ -679,7 +642,7 @@ func (h *history) check() *Report {
 	if spec.Derive == nil {
 		spec.Derive = DoubledSeq
 	}
-	r := &Report{Input: spec.Input, Output: spec.Output, Group: spec.Group, InputRecords: len(h.input)}
+	r := &Report{Input: spec.Input, Output: spec.Output, Group: spec.Group, InputRecords: len(h.input), SkippedInput: h.skipped}
 	outParts := slices.Sorted(maps.Keys(h.outHWM))
 
 	// 7: an open transaction holds the last stable offset below the high

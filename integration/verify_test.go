@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,6 +253,139 @@ func TestCheckerHoldsReadCommittedToTheMarkers(t *testing.T) {
 	}
 }
 
+// TestCheckerLeavesOutOnlyTheSkippedInput mixes three records that are not
+// generator input into the input, as poison records are: the checker must
+// refuse to judge unless CheckSpec.Skip leaves them out, and an output of a
+// record it leaves out is a violation.
+func TestCheckerLeavesOutOnlyTheSkippedInput(t *testing.T) {
+	poison := map[string]bool{}
+	for i := range 3 {
+		poison[fmt.Sprintf(`{"k":"k%d","seq":`, i)] = true // cut short
+	}
+	seq5 := string(InputValue(5, 5))
+	for _, tc := range []struct {
+		name    string
+		skip    func(value []byte) bool
+		records int
+		want    []Invariant
+		wantErr string
+	}{
+		{name: "poison left out passes", skip: func(v []byte) bool { return poison[string(v)] }, records: 60},
+		{name: "poison not left out is no generator input", records: 60, wantErr: "is not generator input"},
+		{name: "a good record left out has an output of no input", records: 59,
+			skip: func(v []byte) bool { return poison[string(v)] || string(v) == seq5 }, want: []Invariant{DerivedValues}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, 3, 60, 5)
+			var recs []*kgo.Record
+			for v := range poison {
+				recs = append(recs, &kgo.Record{Topic: f.in, Partition: int32(len(recs)) % f.partitions, Value: []byte(v)})
+			}
+			f.produceInput(recs...)
+			f.commitInChunks(f.outputs(), 20)
+			f.commitGroup(nil)
+			r, err := Verify(t.Context(), f.seeds, CheckSpec{Input: f.in, Output: f.out, Group: f.group, InputRecords: tc.records, Skip: tc.skip, Timeout: 30 * time.Second})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("checker error %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("checker could not judge: %v", err)
+			}
+			t.Logf("report:\n%s", r)
+			if got := r.Violated(); !slices.Equal(got, tc.want) {
+				t.Fatalf("violated %v, want %v\n%s", got, tc.want, r)
+			}
+			if wantSkipped := 3 + 60 - tc.records; r.SkippedInput != wantSkipped || r.InputRecords != tc.records {
+				t.Errorf("want %d input records judged and %d left out: %s", tc.records, wantSkipped, r.Summary())
+			}
+			if tc.want != nil {
+				wantExample(DerivedValues, 5)(t, f, r)
+			}
+		})
+	}
+}
+
+// TestCheckerJudgesTransactionalInputByItsCommittedRecords ends partition 0
+// of the input with an aborted transaction of two generator-like records:
+// its records and abort marker lie between the last committed record and
+// the high watermark. With CheckSpec.TransactionalInput the group's offset
+// may be anywhere in that stretch and nowhere else; without it, only the
+// high watermark will do. An input transaction still open is refused.
+func TestCheckerJudgesTransactionalInputByItsCommittedRecords(t *testing.T) {
+	const beyond = 3 // two aborted records and their abort marker
+	for _, tc := range []struct {
+		name          string
+		transactional bool
+		skew          int64 // on partition 0's high watermark
+		leaveOpen     bool
+		want          []Invariant
+		wantErr       string
+	}{
+		{name: "the high watermark passes", transactional: true},
+		{name: "the offset after the last committed record passes", transactional: true, skew: -beyond},
+		{name: "an offset inside the aborted transaction passes", transactional: true, skew: -1},
+		{name: "behind the last committed record is caught", transactional: true, skew: -beyond - 1, want: []Invariant{OffsetsMatch}},
+		{name: "beyond the high watermark is caught", transactional: true, skew: +1, want: []Invariant{OffsetsMatch}},
+		{name: "without the flag only the high watermark passes", skew: -beyond, want: []Invariant{OffsetsMatch}},
+		{name: "an input transaction left open is refused", transactional: true, leaveOpen: true, wantErr: "has a transaction open"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, 3, 60, 5)
+			f.commitInChunks(f.outputs(), 20)
+			var aborted []*kgo.Record
+			for _, seq := range []int{1000, 1001} {
+				aborted = append(aborted, &kgo.Record{Topic: f.in, Partition: 0, Key: []byte(InputKey(seq, 5)), Value: InputValue(seq, 5)})
+			}
+			cl := f.producer()
+			defer cl.Close()
+			if err := cl.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.ProduceSync(t.Context(), aborted...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.EndTransaction(t.Context(), kgo.TryAbort); err != nil {
+				t.Fatal(err)
+			}
+			if tc.leaveOpen {
+				open := f.producer()
+				t.Cleanup(open.Close)
+				if err := open.BeginTransaction(); err != nil {
+					t.Fatal(err)
+				}
+				rec := &kgo.Record{Topic: f.in, Partition: 1, Value: InputValue(2000, 5)}
+				if err := open.ProduceSync(t.Context(), rec).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.commitGroup(map[int32]int64{0: tc.skew})
+			r, err := Verify(t.Context(), f.seeds, CheckSpec{Input: f.in, Output: f.out, Group: f.group, InputRecords: 60,
+				TransactionalInput: tc.transactional, Timeout: 30 * time.Second})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("checker error %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("checker could not judge: %v", err)
+			}
+			t.Logf("report:\n%s", r)
+			if got := r.Violated(); !slices.Equal(got, tc.want) {
+				t.Fatalf("violated %v, want %v\n%s", got, tc.want, r)
+			}
+			if tc.want != nil {
+				if ex := r.Violations[OffsetsMatch].Examples; len(ex) != 1 || ex[0].Partition != 0 {
+					t.Errorf("want partition 0 named, and only it: %v", ex)
+				}
+			}
+		})
+	}
+}
+
 // fixture is an in-process kfake cluster holding generator input, onto
 // which a test writes the outputs and offsets a pipeline might have.
 type fixture struct {
@@ -342,6 +476,20 @@ func (f *fixture) produceInTxn(cl *kgo.Client, outs []outRec) {
 	for i, o := range outs {
 		recs[i] = &kgo.Record{Partition: o.partition, Key: []byte(o.key), Value: o.value}
 	}
+	if err := cl.ProduceSync(f.t.Context(), recs...).FirstErr(); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// produceInput appends recs to the input, idempotently and outside any
+// transaction.
+func (f *fixture) produceInput(recs ...*kgo.Record) {
+	f.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer cl.Close()
 	if err := cl.ProduceSync(f.t.Context(), recs...).FirstErr(); err != nil {
 		f.t.Fatal(err)
 	}

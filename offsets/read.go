@@ -1,7 +1,9 @@
 package offsets
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -24,8 +26,53 @@ import (
 // forever. kgo.ProcessFetchPartition says where the next fetch starts
 // whether or not it kept the records it passed over.
 func ReadToEnd(ctx context.Context, cl *kgo.Client, topic string, committed bool) ([]*kgo.Record, error) {
+	opts := ReadOptions{}
+	if !committed {
+		opts.Isolation = ReadUncommitted
+	}
+	return Read(ctx, cl, topic, opts)
+}
+
+// Isolation is the isolation level a read fetches with.
+type Isolation int8
+
+const (
+	// ReadCommitted reads non-transactional records and those of committed
+	// transactions, up to the last stable offset.
+	ReadCommitted Isolation = iota
+	// ReadUncommitted reads every record, aborted or still open ones
+	// included, up to the high watermark.
+	ReadUncommitted
+)
+
+// ReadOptions say how Read reads a topic. The zero value reads every
+// partition read_committed from its start to its last stable offset,
+// without transaction markers, as ReadToEnd(ctx, cl, topic, true) does.
+type ReadOptions struct {
+	Isolation Isolation
+	// KeepControl keeps control records (transaction markers) in the
+	// result, in offset order among the data records: their
+	// Attrs.IsControl() is true and their Key reads as a
+	// kmsg.ControlRecordKey. A record's ProducerID and
+	// Attrs.IsTransactional() tie it to its marker.
+	KeepControl bool
+	// To, when not nil, is where the read of each partition stops (the
+	// offset after the last one read) instead of the end listed when the
+	// read starts, so that a caller can read to offsets it listed itself.
+	// Only the partitions it names are read.
+	To map[int32]int64
+	// Decompressor decodes compressed batches; nil means
+	// kgo.DefaultDecompressor(). Decompress is called from one goroutine.
+	Decompressor kgo.Decompressor
+}
+
+// Read reads every partition of topic (or those opts.To names) from its
+// start to its end as opts say, and returns the records in partition
+// order, then offset order. See ReadToEnd for why it sends Fetch requests
+// itself.
+func Read(ctx context.Context, cl *kgo.Client, topic string, opts ReadOptions) ([]*kgo.Record, error) {
 	out := map[int32][]*kgo.Record{}
-	parts, err := read(ctx, cl, topic, -1, -1, committed, func(p int32, rs []*kgo.Record, _ Progress) error {
+	parts, err := read(ctx, cl, topic, -1, -1, opts, func(p int32, rs []*kgo.Record, _ Progress) error {
 		out[p] = append(out[p], rs...)
 		return nil
 	})
@@ -49,51 +96,73 @@ type Progress struct {
 // the records to fn a fetch at a time, in offset order, with how far the
 // read has come.
 func ReadPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32, from int64, fn func([]*kgo.Record, Progress) error) error {
-	_, err := read(ctx, cl, topic, partition, from, true, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
+	_, err := read(ctx, cl, topic, partition, from, ReadOptions{}, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
 	return err
 }
 
 // read reads topic (only partition only, if >= 0) from max(from, start),
 // handing each fetched batch of a partition to fn; it returns the
 // partitions read, sorted.
-func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from int64, committed bool, fn func(int32, []*kgo.Record, Progress) error) ([]int32, error) {
+func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from int64, ro ReadOptions, fn func(int32, []*kgo.Record, Progress) error) ([]int32, error) {
 	adm := kadm.NewClient(cl)
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("listing start offsets of %s: %w", topic, err)
 	}
-	var ends kadm.ListedOffsets
-	if committed {
-		ends, err = adm.ListCommittedOffsets(ctx, topic)
-	} else {
-		ends, err = adm.ListEndOffsets(ctx, topic)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("listing end offsets of %s: %w", topic, err)
-	}
+	committed := ro.Isolation == ReadCommitted
 	next, to := map[int32]int64{}, map[int32]int64{}
-	var errs []error
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			errs = append(errs, o.Err)
-			return
+	if ro.To != nil {
+		var errs []error
+		for p, end := range ro.To {
+			if only >= 0 && p != only {
+				continue
+			}
+			s, ok := starts.Lookup(topic, p)
+			if !ok || s.Err != nil {
+				errs = append(errs, fmt.Errorf("partition %d: %v", p, cmp.Or(s.Err, errors.New("no start offset listed"))))
+				continue
+			}
+			next[p], to[p] = max(s.Offset, from), end
 		}
-		if only >= 0 && o.Partition != only {
-			return
+		if len(errs) > 0 {
+			return nil, fmt.Errorf("listing start offsets of %s: %v", topic, errs)
 		}
-		s, _ := starts.Lookup(topic, o.Partition)
-		next[o.Partition], to[o.Partition] = max(s.Offset, from), o.Offset
-	})
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("listing offsets of %s: %v", topic, errs)
+	} else {
+		var ends kadm.ListedOffsets
+		if committed {
+			ends, err = adm.ListCommittedOffsets(ctx, topic)
+		} else {
+			ends, err = adm.ListEndOffsets(ctx, topic)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing end offsets of %s: %w", topic, err)
+		}
+		var errs []error
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err != nil {
+				errs = append(errs, o.Err)
+				return
+			}
+			if only >= 0 && o.Partition != only {
+				return
+			}
+			s, _ := starts.Lookup(topic, o.Partition)
+			next[o.Partition], to[o.Partition] = max(s.Offset, from), o.Offset
+		})
+		if len(errs) > 0 {
+			return nil, fmt.Errorf("listing offsets of %s: %v", topic, errs)
+		}
 	}
 
-	opts := kgo.ProcessFetchPartitionOpts{Topic: topic, IsolationLevel: kgo.ReadUncommitted()}
+	opts := kgo.ProcessFetchPartitionOpts{Topic: topic, IsolationLevel: kgo.ReadUncommitted(), KeepControlRecords: ro.KeepControl}
 	var isolation int8
 	if committed {
 		opts.IsolationLevel, isolation = kgo.ReadCommitted(), 1
 	}
-	dec := kgo.DefaultDecompressor()
+	dec := ro.Decompressor
+	if dec == nil {
+		dec = kgo.DefaultDecompressor()
+	}
 	var total, done int64
 	for p, t := range to {
 		total += t - next[p]

@@ -1,0 +1,191 @@
+package offsets
+
+import (
+	"cmp"
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// countingDecompressor counts the batches it decodes.
+type countingDecompressor struct {
+	kgo.Decompressor
+	calls atomic.Int64
+}
+
+func (d *countingDecompressor) Decompress(src []byte, codec kgo.CompressionCodecType) ([]byte, error) {
+	d.calls.Add(1)
+	return d.Decompressor.Decompress(src, codec)
+}
+
+const pad = "."
+
+// show renders records as the test compares them: a data record as its
+// value without its padding, a transaction marker as COMMIT or ABORT.
+func show(t *testing.T, recs []*kgo.Record) string {
+	t.Helper()
+	var out []string
+	for _, r := range recs {
+		if !r.Attrs.IsControl() {
+			out = append(out, strings.TrimRight(string(r.Value), pad))
+			continue
+		}
+		var key kmsg.ControlRecordKey
+		if err := key.ReadFrom(r.Key); err != nil {
+			t.Fatalf("control record %d/%d: %v", r.Partition, r.Offset, err)
+		}
+		out = append(out, strings.ToUpper(key.Type.String()))
+	}
+	return strings.Join(out, " ")
+}
+
+// TestReadOptions writes, to partition 0, a committed transaction (a b), an
+// aborted one (c) and another committed one (d); to partition 1 a plain
+// record (e) and then a transaction left open (f). Each option must change
+// what Read returns, and the zero options must read as ReadToEnd does.
+func TestReadOptions(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seeds := c.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	producer := func(id string) *kgo.Client {
+		opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic("t"),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchCompression(kgo.Lz4Compression())}
+		if id != "" {
+			opts = append(opts, kgo.TransactionalID(id), kgo.TransactionTimeout(time.Minute))
+		}
+		p, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	produce := func(p *kgo.Client, part int32, values ...string) {
+		t.Helper()
+		for _, v := range values {
+			// Padded, so that lz4 shrinks the batch and it is sent compressed.
+			value := v + strings.Repeat(pad, 200)
+			if err := p.ProduceSync(ctx, &kgo.Record{Partition: part, Value: []byte(value)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	begin := func(p *kgo.Client, part int32, values ...string) {
+		t.Helper()
+		if err := p.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		produce(p, part, values...)
+	}
+	txn := func(p *kgo.Client, end kgo.TransactionEndTry, part int32, values ...string) {
+		t.Helper()
+		begin(p, part, values...)
+		if err := p.EndTransaction(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx := producer("read-test")
+	defer tx.Close()
+	txn(tx, kgo.TryCommit, 0, "a", "b")
+	txn(tx, kgo.TryAbort, 0, "c")
+	txn(tx, kgo.TryCommit, 0, "d")
+	plain := producer("")
+	defer plain.Close()
+	produce(plain, 1, "e")
+	open := producer("read-test-open")
+	defer open.Close()
+	begin(open, 1, "f") // never ended
+
+	byPartition := func(recs []*kgo.Record) map[int32]string {
+		parts := map[int32][]*kgo.Record{}
+		for _, r := range recs {
+			parts[r.Partition] = append(parts[r.Partition], r)
+		}
+		out := map[int32]string{}
+		for p, rs := range parts {
+			if !slices.IsSortedFunc(rs, func(a, b *kgo.Record) int { return cmp.Compare(a.Offset, b.Offset) }) {
+				t.Fatalf("partition %d out of offset order", p)
+			}
+			out[p] = show(t, rs)
+		}
+		return out
+	}
+	dec := &countingDecompressor{Decompressor: kgo.DefaultDecompressor()}
+	for _, tc := range []struct {
+		name string
+		opts ReadOptions
+		want map[int32]string
+	}{
+		{"the zero options read committed data to the last stable offset", ReadOptions{}, map[int32]string{0: "a b d", 1: "e"}},
+		{"read_uncommitted reads aborted and open records too", ReadOptions{Isolation: ReadUncommitted}, map[int32]string{0: "a b c d", 1: "e f"}},
+		{"markers are kept in offset order", ReadOptions{Isolation: ReadUncommitted, KeepControl: true}, map[int32]string{0: "a b COMMIT c ABORT d COMMIT", 1: "e f"}},
+		{"To stops each partition it names and skips the others", ReadOptions{Isolation: ReadUncommitted, KeepControl: true, To: map[int32]int64{0: 4}}, map[int32]string{0: "a b COMMIT c"}},
+		{"a given decompressor decodes the batches", ReadOptions{Decompressor: dec}, map[int32]string{0: "a b d", 1: "e"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs, err := Read(ctx, cl, "t", tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := byPartition(recs); !maps.Equal(got, tc.want) {
+				t.Fatalf("read %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if dec.calls.Load() == 0 {
+		t.Fatal("the decompressor given in ReadOptions was never called: the batches were not compressed, or it was ignored")
+	}
+
+	// The markers carry the producer id of the records they end.
+	recs, err := Read(ctx, cl, "t", ReadOptions{Isolation: ReadUncommitted, KeepControl: true, To: map[int32]int64{0: 7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if !r.Attrs.IsTransactional() || r.ProducerID != recs[0].ProducerID {
+			t.Errorf("%d/%d (%s): transactional %v, producer id %d, want one transactional producer %d",
+				r.Partition, r.Offset, show(t, []*kgo.Record{r}), r.Attrs.IsTransactional(), r.ProducerID, recs[0].ProducerID)
+		}
+	}
+
+	for _, committed := range []bool{true, false} {
+		old, err := ReadToEnd(ctx, cl, "t", committed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := ReadOptions{}
+		if !committed {
+			opts.Isolation = ReadUncommitted
+		}
+		recs, err := Read(ctx, cl, "t", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if show(t, old) != show(t, recs) {
+			t.Errorf("committed %v: ReadToEnd read %q, Read %q", committed, show(t, old), show(t, recs))
+		}
+	}
+}
