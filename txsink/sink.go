@@ -50,7 +50,7 @@ type Sink struct {
 	curTP   TopicPartition
 	pending sync.WaitGroup // produces not yet acknowledged
 
-	produced atomic.Int64   // records produced in this transaction
+	produced atomic.Int64 // records produced in this transaction
 	bytes    atomic.Int64
 	promise  func(*kgo.Record, error)
 }
