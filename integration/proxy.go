@@ -48,6 +48,7 @@ type Proxy struct {
 
 	connections, requests, rewritten atomic.Int64
 	cuts, connsCut, lost, failed     atomic.Int64
+	errored                          atomic.Int64
 	byKey                            [kmsg.MaxKey + 1]atomic.Int64
 }
 
@@ -80,7 +81,12 @@ func (s ProxyStats) String() string {
 // faultBudget is how many requests of one key are still to fail or to have
 // their answers lost. gen changes at Heal, so that a turn taken before it is
 // not given back after it.
-type faultBudget struct{ lose, fail, gen atomic.Int64 }
+type faultBudget struct {
+	lose, fail, gen atomic.Int64
+	// errs answers with errCode in place of the broker's success.
+	errs    atomic.Int64
+	errCode atomic.Int32
+}
 
 // errProxyClosed is the proxy shutting down, not a fault of what it read.
 var errProxyClosed = errors.New("proxy: closed")
@@ -221,6 +227,19 @@ func (p *Proxy) LoseAnswers(key kmsg.Key, n int) { p.faults[key].lose.Add(int64(
 // FailRequests makes the proxy close the client's connection instead of
 // forwarding the next n requests of key: the broker never sees them.
 func (p *Proxy) FailRequests(key kmsg.Key, n int) { p.faults[key].fail.Add(int64(n)) }
+
+// ErrorProduceAnswers forwards the next n Produce requests, then answers
+// each with code on every partition in place of the broker's answer: the
+// broker wrote the records (in the open transaction, for a transactional
+// producer) and the client is told it failed. Errored counts them.
+func (p *Proxy) ErrorProduceAnswers(code int16, n int) {
+	b := &p.faults[kmsg.Produce]
+	b.errCode.Store(int32(code))
+	b.errs.Add(int64(n))
+}
+
+// Errored returns how many answers ErrorProduceAnswers replaced.
+func (p *Proxy) Errored() int64 { return p.errored.Load() }
 
 // Heal cancels what is left of key's LoseAnswers and FailRequests and
 // returns it: the fault is over, whatever the client did meanwhile.
@@ -401,6 +420,7 @@ type inflight struct {
 	key, version int16
 	lose         bool
 	gen          int64 // of the key's fault budget, when lose was taken
+	errCode      int16 // answer with this error (ErrorProduceAnswers)
 }
 
 // close closes both sides; only the first call does anything, and it alone
@@ -459,6 +479,9 @@ func (pc *proxyConn) requests() {
 			b := &pc.p.faults[key]
 			f.gen = b.gen.Load()
 			f.lose = take(&b.lose)
+			if kmsg.Key(key) == kmsg.Produce && !f.lose && take(&b.errs) {
+				f.errCode = int16(b.errCode.Load())
+			}
 		}
 		pc.mu.Lock()
 		pc.inflight[corr] = f
@@ -503,8 +526,12 @@ func (pc *proxyConn) responses() {
 			pc.p.lost.Add(1)
 			return // the deferred close drops the answer with the connection
 		}
+		rewrite := f.errCode != 0
 		switch kmsg.Key(f.key) {
 		case kmsg.Metadata, kmsg.FindCoordinator, kmsg.DescribeCluster:
+			rewrite = true
+		}
+		if rewrite {
 			if frame, err = pc.p.rewrite(frame, f); err != nil {
 				// Forwarding it unchanged would let the client bypass
 				// the proxy.
@@ -599,6 +626,13 @@ func (p *Proxy) rewrite(frame []byte, f inflight) ([]byte, error) {
 		for i := range r.Brokers {
 			err = errors.Join(err, to(&r.Brokers[i].Host, &r.Brokers[i].Port))
 		}
+	case *kmsg.ProduceResponse:
+		for i := range r.Topics {
+			for j := range r.Topics[i].Partitions {
+				r.Topics[i].Partitions[j].ErrorCode = f.errCode
+			}
+		}
+		p.errored.Add(1)
 	}
 	if err != nil {
 		return nil, err
