@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // instanceGroup is the instances of one pipeline sharing its consumer
@@ -310,6 +311,48 @@ var faultMenu = []fault{
 	{"add-instance", canAddInstance, faultAddInstance},
 	{"remove-instance", canRemoveInstance, faultRemoveInstance},
 	{"net-cut", func(fr *faultRun) bool { return fr.proxy != nil }, faultNetCut},
+	{"produce-error", func(fr *faultRun) bool { return fr.proxy != nil }, faultProduceError},
+	{"broker-restart", func(fr *faultRun) bool { return fr.e.broker.CanRestart() }, faultBrokerRestart},
+}
+
+// faultProduceError answers the instances' next produce request with an
+// error they do not retry, after the broker wrote its records: the
+// checkpoint it belongs to must abort and replay.
+func faultProduceError(fr *faultRun) (string, error) {
+	want := fr.proxy.Errored() + 1
+	fr.proxy.ErrorProduceAnswers(kerr.InvalidRecord.Code, 1)
+	deadline := time.Now().Add(time.Minute)
+	for fr.proxy.Errored() < want {
+		if time.Now().After(deadline) {
+			return "", errors.New("no produce request came through the proxy within a minute")
+		}
+		if err := sleepCtx(fr.t.Context(), 20*time.Millisecond); err != nil {
+			return "", err
+		}
+	}
+	return "answered a produce request with INVALID_RECORD after the broker wrote it", nil
+}
+
+// faultBrokerRestart stops the broker cleanly (SIGTERM; Stop shows it
+// stopped the way it should), keeps it down a moment, and starts it again
+// with its data. A crash is not drawn: on the embedded broker it would hide
+// later output from read_committed (docs/brokers.md), and the restart test
+// covers it on Kafka.
+func faultBrokerRestart(fr *faultRun) (string, error) {
+	ctx, cancel := context.WithTimeout(fr.t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := fr.e.broker.Stop(ctx); err != nil {
+		return "", fmt.Errorf("stopping the broker: %w", err)
+	}
+	down := time.Second + time.Duration(fr.rng.Int64N(int64(2*time.Second)))
+	if err := sleepCtx(ctx, down); err != nil {
+		return "", err
+	}
+	start := time.Now()
+	if err := fr.e.broker.Start(ctx); err != nil {
+		return "", fmt.Errorf("starting the broker again: %w", err)
+	}
+	return fmt.Sprintf("broker stopped (SIGTERM), down %v, back after %v", down.Round(time.Millisecond), time.Since(start).Round(time.Millisecond)), nil
 }
 
 // faultNetCut closes every connection between the instances and the
