@@ -413,6 +413,7 @@ type proxyConn struct {
 
 	mu       sync.Mutex
 	inflight map[int32]inflight // by correlation id
+	closed   bool               // close ran: inflight was emptied
 }
 
 // inflight is what the proxy remembers of a request until its response.
@@ -434,6 +435,7 @@ func (pc *proxyConn) close() bool {
 		pc.client.Close()
 		pc.broker.Close()
 		pc.mu.Lock()
+		pc.closed = true
 		for corr, f := range pc.inflight {
 			if b := &pc.p.faults[f.key]; f.lose && b.gen.Load() == f.gen {
 				b.lose.Add(1)
@@ -517,7 +519,13 @@ func (pc *proxyConn) responses() {
 		pc.mu.Lock()
 		f, ok := pc.inflight[corr]
 		delete(pc.inflight, corr)
+		closed := pc.closed
 		pc.mu.Unlock()
+		if !ok && closed {
+			// A response read ahead into the buffer before the
+			// connection was closed: close forgot its request.
+			return
+		}
 		if !ok {
 			pc.p.fail(fmt.Errorf("proxy: a response with correlation id %d that no request had", corr))
 			return
