@@ -191,10 +191,6 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		runID:      newRunID(),
 		changelogs: make([]string, len(p.g.nodes)),
 		restoreCtx: context.WithoutCancel(ctx),
-		// Restores read changelogs on their own connections: on the
-		// consumer's, a restore's fetch waited behind the consumer's long
-		// poll (fetch max wait, 5 s) for every task, one after another.
-		readCl: admCl,
 	}
 	manual := map[string]bool{}
 	if cfg.Audit.Enabled {
@@ -263,7 +259,6 @@ type runtime struct {
 	backend    state.Backend
 	changelogs []string // by node index, for stateful steps
 	restoreCtx context.Context
-	readCl     *kgo.Client // restores read changelogs with it
 
 	// mu guards tasks and parts, and every send to a task's queue, so a
 	// revoked task is never sent work after it stopped.
