@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // instanceGroup is the instances of one pipeline sharing its consumer
@@ -311,26 +310,7 @@ var faultMenu = []fault{
 	{"add-instance", canAddInstance, faultAddInstance},
 	{"remove-instance", canRemoveInstance, faultRemoveInstance},
 	{"net-cut", func(fr *faultRun) bool { return fr.proxy != nil }, faultNetCut},
-	{"produce-error", func(fr *faultRun) bool { return fr.proxy != nil }, faultProduceError},
 	{"broker-restart", func(fr *faultRun) bool { return fr.e.broker.CanRestart() }, faultBrokerRestart},
-}
-
-// faultProduceError answers the instances' next produce request with an
-// error they do not retry, after the broker wrote its records: the
-// checkpoint it belongs to must abort and replay.
-func faultProduceError(fr *faultRun) (string, error) {
-	want := fr.proxy.Errored() + 1
-	fr.proxy.ErrorProduceAnswers(kerr.InvalidRecord.Code, 1)
-	deadline := time.Now().Add(time.Minute)
-	for fr.proxy.Errored() < want {
-		if time.Now().After(deadline) {
-			return "", errors.New("no produce request came through the proxy within a minute")
-		}
-		if err := sleepCtx(fr.t.Context(), 20*time.Millisecond); err != nil {
-			return "", err
-		}
-	}
-	return "answered a produce request with INVALID_RECORD after the broker wrote it", nil
 }
 
 // faultBrokerRestart stops the broker cleanly (SIGTERM; Stop shows it

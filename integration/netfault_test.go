@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -295,47 +294,6 @@ func readPipelineLog(t *testing.T, p *Process) pipelineLog {
 		}
 	}
 	return l
-}
-
-// TestProduceErrorsAbortAndReplay answers some of the pipeline's produce
-// requests with an error the client does not retry (INVALID_RECORD), after
-// the broker has written their records into the open transaction: each
-// such checkpoint must abort, and replay, with nothing lost or doubled.
-func TestProduceErrorsAbortAndReplay(t *testing.T) {
-	requireBinary(t)
-	px := startProxy(t, Seeds(requireBroker(t)))
-	r := newChaosRun(t, 60_000, func(c *PipelineConfig) { c.Brokers = px.Addrs() })
-	p := r.e.startPipeline(r.cfgPath)
-	r.midStream("failing produce requests")
-	const bursts = 3
-	for i := range bursts {
-		want := px.Errored() + 1
-		px.ErrorProduceAnswers(kerr.InvalidRecord.Code, 1)
-		WaitFor(t, time.Minute, fmt.Sprintf("produce error %d to be answered", i+1), func() (bool, string) {
-			select {
-			case <-p.Exited():
-				t.Fatalf("the pipeline exited after a produce error:\n%s", p.Tail(40))
-			default:
-			}
-			return px.Errored() >= want, fmt.Sprintf("%d produce answers replaced", px.Errored())
-		})
-		c, _, err := r.e.committed()
-		t.Logf("produce error %d answered, %d of %d committed (%v)", i+1, c, r.records, err)
-		time.Sleep(time.Second)
-	}
-	rep := r.drainAndCheck(p)
-	if err := px.Err(); err != nil {
-		t.Fatalf("proxy: %v", err)
-	}
-	if got := px.Errored(); got < bursts {
-		t.Fatalf("%d produce answers replaced by an error, want %d", got, bursts)
-	}
-	aborted := strings.Count(readFile(t, p.LogPath()), logCheckpointAborted)
-	if aborted == 0 {
-		t.Fatalf("%d produce requests failed, but the pipeline's log shows no aborted checkpoint", px.Errored())
-	}
-	t.Logf("figures: %d records, %d produce answers replaced by INVALID_RECORD, %d checkpoints aborted, %d aborted-transaction records under read_uncommitted (%d abort markers), total %v",
-		r.records, px.Errored(), aborted, rep.AbortedRecords, rep.AbortMarkers, time.Since(r.start).Round(time.Millisecond))
 }
 
 const logCheckpointAborted = `msg="checkpoint aborted`
