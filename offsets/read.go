@@ -64,6 +64,10 @@ type ReadOptions struct {
 	// Decompressor decodes compressed batches; nil means
 	// kgo.DefaultDecompressor(). Decompress is called from one goroutine.
 	Decompressor kgo.Decompressor
+
+	// retryListing lists offsets again, until ctx is done, while the
+	// answer is a retriable error.
+	retryListing bool
 }
 
 // Read reads every partition of topic (or those opts.To names) from its
@@ -96,8 +100,34 @@ type Progress struct {
 // the records to fn a fetch at a time, in offset order, with how far the
 // read has come.
 func ReadPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32, from int64, fn func([]*kgo.Record, Progress) error) error {
-	_, err := read(ctx, cl, topic, partition, from, ReadOptions{}, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
+	// A changelog created a moment ago may not be known yet to the broker
+	// (or the client's metadata) that answers the listing: that passes.
+	_, err := read(ctx, cl, topic, partition, from, ReadOptions{retryListing: true}, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
 	return err
+}
+
+// listOffsets calls list, and again after a pause while retry is set and
+// the request or a partition failed with a retriable error.
+func listOffsets(ctx context.Context, retry bool, list func() (kadm.ListedOffsets, error)) (kadm.ListedOffsets, error) {
+	for {
+		l, err := list()
+		if !retry {
+			return l, err
+		}
+		if err == nil {
+			if err = l.Error(); err == nil {
+				return l, nil
+			}
+		}
+		if !kerr.IsRetriable(err) {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return l, errors.Join(err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // read reads topic (only partition only, if >= 0) from max(from, start),
@@ -105,7 +135,7 @@ func ReadPartition(ctx context.Context, cl *kgo.Client, topic string, partition 
 // partitions read, sorted.
 func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from int64, ro ReadOptions, fn func(int32, []*kgo.Record, Progress) error) ([]int32, error) {
 	adm := kadm.NewClient(cl)
-	starts, err := adm.ListStartOffsets(ctx, topic)
+	starts, err := listOffsets(ctx, ro.retryListing, func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, topic) })
 	if err != nil {
 		return nil, fmt.Errorf("listing start offsets of %s: %w", topic, err)
 	}
@@ -128,12 +158,12 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 			return nil, fmt.Errorf("listing start offsets of %s: %v", topic, errs)
 		}
 	} else {
-		var ends kadm.ListedOffsets
-		if committed {
-			ends, err = adm.ListCommittedOffsets(ctx, topic)
-		} else {
-			ends, err = adm.ListEndOffsets(ctx, topic)
-		}
+		ends, err := listOffsets(ctx, ro.retryListing, func() (kadm.ListedOffsets, error) {
+			if committed {
+				return adm.ListCommittedOffsets(ctx, topic)
+			}
+			return adm.ListEndOffsets(ctx, topic)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("listing end offsets of %s: %w", topic, err)
 		}

@@ -189,3 +189,59 @@ func TestReadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestReadPartitionWaitsForANewTopic reads a partition of a topic the broker
+// does not know yet, as a restore may right after its changelog was created:
+// the listing's UNKNOWN_TOPIC_OR_PARTITION must be waited out, and the read
+// must return the records once the topic exists. Read, which the audit
+// uses, must instead fail at once on a topic that does not exist.
+func TestReadPartitionWaitsForANewTopic(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("late"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := Read(ctx, cl, "late", ReadOptions{}); err == nil {
+		t.Fatal("Read of a topic that does not exist returned no error")
+	}
+
+	created := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		req := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "late", 1, 1
+		req.Topics = append(req.Topics, rt)
+		if _, err := req.RequestWith(ctx, cl); err != nil {
+			created <- err
+			return
+		}
+		created <- cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr()
+	}()
+	var got []string
+	err = ReadPartition(ctx, cl, "late", 0, 0, func(recs []*kgo.Record, _ Progress) error {
+		for _, r := range recs {
+			got = append(got, string(r.Value))
+		}
+		return nil
+	})
+	if cerr := <-created; cerr != nil {
+		t.Fatalf("creating the topic: %v", cerr)
+	}
+	if err != nil {
+		t.Fatalf("ReadPartition of a topic created while it listed offsets: %v", err)
+	}
+	// The read may have listed the end before the record was produced;
+	// what it returns must be a prefix of the partition.
+	if len(got) > 1 || (len(got) == 1 && got[0] != "v") {
+		t.Fatalf("read %q", got)
+	}
+	t.Logf("read %d records after waiting for the topic", len(got))
+}

@@ -191,6 +191,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		runID:      newRunID(),
 		changelogs: make([]string, len(p.g.nodes)),
 		restoreCtx: context.WithoutCancel(ctx),
+		restoreCl:  admCl,
 	}
 	manual := map[string]bool{}
 	if cfg.Audit.Enabled {
@@ -259,6 +260,10 @@ type runtime struct {
 	backend    state.Backend
 	changelogs []string // by node index, for stateful steps
 	restoreCtx context.Context
+	// restoreCl reads changelogs. Not the transactional client: its
+	// Fetch requests would queue behind the consumer's long poll on the
+	// same connection, and every restore would wait out a poll.
+	restoreCl *kgo.Client
 
 	// mu guards tasks and parts, and every send to a task's queue, so a
 	// revoked task is never sent work after it stopped.

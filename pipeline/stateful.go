@@ -68,7 +68,7 @@ func (rt *runtime) restore(n *node, id TaskID, st *state.Store) error {
 	defer cancel()
 	start, lastLog := time.Now(), time.Now()
 	var count int64
-	err := offsets.ReadPartition(ctx, rt.sink.Client(), topic, int32(id), from, func(recs []*kgo.Record, p offsets.Progress) error {
+	err := offsets.ReadPartition(ctx, rt.restoreCl, topic, int32(id), from, func(recs []*kgo.Record, p offsets.Progress) error {
 		crecs := make([]state.ChangelogRecord, len(recs))
 		for i, r := range recs {
 			crecs[i] = state.ChangelogRecord{Key: r.Key, Value: r.Value, Offset: r.Offset}
