@@ -288,6 +288,11 @@ type faultRun struct {
 	// proxy, when the instances connect through one, lets net-cut cut
 	// their connections to the broker.
 	proxy *Proxy
+	// feed, when set, lets up to n more input records through, from those
+	// held back for the end of the round; it returns how many it let
+	// through. A fault that needs the instances to be producing uses it
+	// when they have caught up with the input.
+	feed func(n int) int
 }
 
 // fault is one kind of trouble the soak can cause. apply causes it and
@@ -310,7 +315,38 @@ var faultMenu = []fault{
 	{"add-instance", canAddInstance, faultAddInstance},
 	{"remove-instance", canRemoveInstance, faultRemoveInstance},
 	{"net-cut", func(fr *faultRun) bool { return fr.proxy != nil }, faultNetCut},
+	{"produce-error", func(fr *faultRun) bool { return fr.proxy != nil }, faultProduceError},
 	{"broker-restart", func(fr *faultRun) bool { return fr.e.broker.CanRestart() }, faultBrokerRestart},
+}
+
+// faultProduceError corrupts a batch of the instances' next produce
+// request: the broker refuses it, and the checkpoint it belongs to must
+// abort and replay.
+func faultProduceError(fr *faultRun) (string, error) {
+	want := fr.proxy.Corrupted() + 1
+	fr.proxy.CorruptProduceRequests(1)
+	deadline := time.Now().Add(time.Minute)
+	fed, nextFeed := 0, time.Now().Add(2*time.Second)
+	for fr.proxy.Corrupted() < want {
+		now := time.Now()
+		if now.After(deadline) {
+			left := fr.proxy.CancelCorruption()
+			return "", fmt.Errorf("no produce request came through the proxy within a minute (%d input records fed meanwhile, %d corruption turns cancelled)", fed, left)
+		}
+		// Instances that have caught up with the input produce nothing.
+		if fr.feed != nil && now.After(nextFeed) {
+			fed += fr.feed(200)
+			nextFeed = now.Add(2 * time.Second)
+		}
+		if err := sleepCtx(fr.t.Context(), 20*time.Millisecond); err != nil {
+			return "", err
+		}
+	}
+	detail := "corrupted a batch of a produce request: the broker refused it (CORRUPT_MESSAGE)"
+	if fed > 0 {
+		detail += fmt.Sprintf(", after %d held input records were let through to have something produced", fed)
+	}
+	return detail, nil
 }
 
 // faultBrokerRestart stops the broker cleanly (SIGTERM; Stop shows it

@@ -296,6 +296,55 @@ func readPipelineLog(t *testing.T, p *Process) pipelineLog {
 	return l
 }
 
+// TestProduceErrorsAbortAndReplay corrupts one record batch in some of the
+// pipeline's produce requests on their way to the broker, which refuses
+// that batch (CORRUPT_MESSAGE) while the rest of the transaction stands:
+// each such checkpoint must abort, and replay, with nothing lost or doubled.
+func TestProduceErrorsAbortAndReplay(t *testing.T) {
+	requireBinary(t)
+	px := startProxy(t, Seeds(requireBroker(t)))
+	r := newChaosRun(t, 60_000, func(c *PipelineConfig) { c.Brokers = px.Addrs() })
+	p := r.e.startPipeline(r.cfgPath)
+	r.midStream("corrupting produce requests")
+	const bursts = 3
+	for i := range bursts {
+		want := px.Corrupted() + 1
+		px.CorruptProduceRequests(1)
+		WaitFor(t, time.Minute, fmt.Sprintf("produce request %d to be corrupted", i+1), func() (bool, string) {
+			select {
+			case <-p.Exited():
+				t.Fatalf("the pipeline exited after a produce error:\n%s", p.Tail(40))
+			default:
+			}
+			return px.Corrupted() >= want, fmt.Sprintf("%d produce requests corrupted", px.Corrupted())
+		})
+		c, _, err := r.e.committed()
+		t.Logf("produce request %d corrupted, %d of %d committed (%v)", i+1, c, r.records, err)
+		time.Sleep(time.Second)
+	}
+	rep := r.drainAndCheck(p)
+	if err := px.Err(); err != nil {
+		t.Fatalf("proxy: %v", err)
+	}
+	if got := px.Corrupted(); got != bursts {
+		t.Fatalf("%d produce requests corrupted, want %d", got, bursts)
+	}
+	// Each refused batch must show as an aborted checkpoint naming the
+	// broker's refusal (two can share one checkpoint).
+	log := readFile(t, p.LogPath())
+	refused := 0
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, logCheckpointAborted+`"`) && strings.Contains(line, "CORRUPT_MESSAGE") {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("%d produce requests were corrupted, but the pipeline's log shows no checkpoint aborted for CORRUPT_MESSAGE", bursts)
+	}
+	t.Logf("figures: %d records, %d produce requests corrupted, %d checkpoints aborted for CORRUPT_MESSAGE, %d aborted-transaction records under read_uncommitted (%d abort markers), total %v",
+		r.records, bursts, refused, rep.AbortedRecords, rep.AbortMarkers, time.Since(r.start).Round(time.Millisecond))
+}
+
 const logCheckpointAborted = `msg="checkpoint aborted`
 
 func readFile(t *testing.T, path string) string {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -48,7 +49,7 @@ type Proxy struct {
 
 	connections, requests, rewritten atomic.Int64
 	cuts, connsCut, lost, failed     atomic.Int64
-	errored                          atomic.Int64
+	errored, corrupted               atomic.Int64
 	byKey                            [kmsg.MaxKey + 1]atomic.Int64
 }
 
@@ -86,6 +87,8 @@ type faultBudget struct {
 	// errs answers with errCode in place of the broker's success.
 	errs    atomic.Int64
 	errCode atomic.Int32
+	// corrupt breaks a record batch's CRC in a request on its way.
+	corrupt atomic.Int64
 }
 
 // errProxyClosed is the proxy shutting down, not a fault of what it read.
@@ -237,6 +240,20 @@ func (p *Proxy) ErrorProduceAnswers(code int16, n int) {
 	b.errCode.Store(int32(code))
 	b.errs.Add(int64(n))
 }
+
+// CorruptProduceRequests breaks the CRC of one record batch in each of the
+// next n Produce requests on their way to the broker, as a corrupted
+// transfer would: the broker refuses that batch (CORRUPT_MESSAGE) and writes
+// nothing of it, and the client, which does not resend a batch the broker
+// found corrupt, fails its records. Corrupted counts them.
+func (p *Proxy) CorruptProduceRequests(n int) { p.faults[kmsg.Produce].corrupt.Add(int64(n)) }
+
+// CancelCorruption takes back the turns of CorruptProduceRequests not yet
+// used, and returns how many there were.
+func (p *Proxy) CancelCorruption() int64 { return p.faults[kmsg.Produce].corrupt.Swap(0) }
+
+// Corrupted returns how many requests CorruptProduceRequests broke.
+func (p *Proxy) Corrupted() int64 { return p.corrupted.Load() }
 
 // Errored returns how many answers ErrorProduceAnswers replaced.
 func (p *Proxy) Errored() int64 { return p.errored.Load() }
@@ -484,6 +501,18 @@ func (pc *proxyConn) requests() {
 			if kmsg.Key(key) == kmsg.Produce && !f.lose && take(&b.errs) {
 				f.errCode = int16(b.errCode.Load())
 			}
+			if kmsg.Key(key) == kmsg.Produce && !f.lose && f.errCode == 0 && take(&b.corrupt) {
+				broke, err := corruptBatch(frame, version)
+				if err != nil {
+					pc.p.fail(err)
+					return
+				}
+				if broke {
+					pc.p.corrupted.Add(1)
+				} else {
+					b.corrupt.Add(1) // no batch to break: the next request's turn
+				}
+			}
 		}
 		pc.mu.Lock()
 		pc.inflight[corr] = f
@@ -553,6 +582,50 @@ func (pc *proxyConn) responses() {
 			return
 		}
 	}
+}
+
+// corruptBatch flips the CRC of the first record batch in a Produce request
+// frame, in place, and reports whether there was one.
+func corruptBatch(frame []byte, version int16) (bool, error) {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(version)
+	// Request header v1+: size, key, version, correlation id, client id;
+	// then tagged fields when the request is flexible.
+	body := 4 + 8
+	if len(frame) < body+2 {
+		return false, fmt.Errorf("proxy: produce request frame of %d bytes", len(frame))
+	}
+	if n := int16(binary.BigEndian.Uint16(frame[body:])); n > 0 {
+		body += int(n)
+	}
+	body += 2
+	if req.IsFlexible() {
+		n, err := skipTags(frame[body:])
+		if err != nil {
+			return false, fmt.Errorf("proxy: produce v%d request header: %w", version, err)
+		}
+		body += n
+	}
+	if err := req.ReadFrom(frame[body:]); err != nil {
+		return false, fmt.Errorf("proxy: decoding a produce v%d request: %w", version, err)
+	}
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			// A batch: base offset (8), length (4), leader epoch (4),
+			// magic (1), then the CRC (4) of everything after it.
+			const crcAt = 17
+			if len(p.Records) < crcAt+4 {
+				continue
+			}
+			i := bytes.Index(frame[body:], p.Records)
+			if i < 0 {
+				return false, errors.New("proxy: a produce request's records are not where they were decoded from")
+			}
+			frame[body+i+crcAt] ^= 0xff
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // readFrame reads one size-prefixed frame, prefix included.

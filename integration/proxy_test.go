@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -404,4 +407,76 @@ func TestProxyLosesAnswersAndFailsRequests(t *testing.T) {
 	if err := p.Err(); err != nil {
 		t.Fatalf("proxy error: %v", err)
 	}
+}
+
+// TestProxyCorruptsProduceRequests breaks one batch of a produce request on
+// its way, with flexible and non-flexible request headers: the broker must
+// refuse it (CORRUPT_MESSAGE) and write nothing of it, while requests before
+// and after go through untouched.
+func TestProxyCorruptsProduceRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		max  *kversion.Versions
+	}{
+		{"newest", nil},
+		{"produce v8 (non-flexible)", kversion.V2_4_0()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const topic = "t"
+			c := newKfake(t, 1, topic)
+			p := startProxy(t, c.ListenAddrs())
+			opts := []kgo.Opt{kgo.SeedBrokers(p.Addrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner())}
+			if tc.max != nil {
+				opts = append(opts, kgo.MaxVersions(tc.max))
+			}
+			cl, err := kgo.NewClient(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			produce := func(v string) error {
+				return cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr()
+			}
+			if err := produce("before"); err != nil {
+				t.Fatalf("producing with no fault: %v", err)
+			}
+			p.CorruptProduceRequests(1)
+			err = produce("corrupted")
+			if !errors.Is(err, kerr.CorruptMessage) {
+				t.Fatalf("producing through a corrupted request: %v, want CORRUPT_MESSAGE", err)
+			}
+			if got := p.Corrupted(); got != 1 {
+				t.Fatalf("%d requests corrupted, want 1", got)
+			}
+			if err := produce("after"); err != nil {
+				t.Fatalf("producing after the fault: %v", err)
+			}
+			recs, err := offsets.ReadToEnd(ctx, newDirectClient(t, c), topic, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range recs {
+				got = append(got, string(r.Value))
+			}
+			if !slices.Equal(got, []string{"before", "after"}) {
+				t.Fatalf("the broker holds %q, want [before after]", got)
+			}
+			if err := p.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func newDirectClient(t *testing.T, c *kfake.Cluster) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
 }
