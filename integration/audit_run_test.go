@@ -57,10 +57,7 @@ func TestAuditFailsOnATamperedHistory(t *testing.T) {
 	p := e.startPipeline(cfgPath)
 	input.Wait(t)
 	end := e.inputEnd()
-	WaitFor(t, drainBound, "the group's committed offsets to reach the input end", func() (bool, string) {
-		_, c, err := e.committed()
-		return err == nil && offsetsReached(c, end), fmt.Sprintf("committed %v, end %v (%v)", sorted(c), sorted(end), err)
-	})
+	e.waitInputCommitted(t, end)
 	p.Term()
 	CheckRun(t, e.seeds, CheckSpec{Input: e.input, Output: e.output, Group: e.group, InputRecords: records})
 	clean := e.audit(cfgPath, records)

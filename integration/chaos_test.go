@@ -64,18 +64,7 @@ func (r *chaosRun) drainAndCheck(p *Process) *Report {
 	r.t.Helper()
 	r.input.Wait(r.t)
 	end := r.e.inputEnd()
-	WaitFor(r.t, drainBound, "the group's committed offsets to reach the input end", func() (bool, string) {
-		select {
-		case <-p.Exited():
-			r.t.Fatalf("the pipeline exited on its own while draining:\n%s", p.Tail(40))
-		default:
-		}
-		_, c, err := r.e.committed()
-		if err != nil {
-			return false, err.Error()
-		}
-		return offsetsReached(c, end), fmt.Sprintf("committed %v, input end %v", sorted(c), sorted(end))
-	})
+	r.e.waitInputCommitted(r.t, end, p)
 	p.Term()
 	rep := CheckRun(r.t, r.e.seeds, CheckSpec{Input: r.e.input, Output: r.e.output, Group: r.e.group, InputRecords: r.records})
 	r.e.audit(r.cfgPath, r.records)

@@ -103,18 +103,7 @@ func runRestarts(t *testing.T, plan restartPlan) {
 	input.Wait(t)
 	t.Logf("input all acked after %v", time.Since(start).Round(time.Millisecond))
 	end := e.inputEnd()
-	WaitFor(t, drainBound, "the group's committed offsets to reach the input end", func() (bool, string) {
-		select {
-		case <-p.Exited():
-			t.Fatalf("the pipeline exited on its own while draining:\n%s", p.Tail(40))
-		default:
-		}
-		_, committed, err := e.committed()
-		if err != nil {
-			return false, err.Error()
-		}
-		return offsetsReached(committed, end), fmt.Sprintf("committed %v, input end %v", sorted(committed), sorted(end))
-	})
+	e.waitInputCommitted(t, end, p)
 	t.Logf("drained after %v", time.Since(start).Round(time.Millisecond))
 	p.Term()
 
@@ -124,6 +113,23 @@ func runRestarts(t *testing.T, plan restartPlan) {
 	t.Logf("figures: %d records, %d %ss, %v (checker %v), %d aborted-transaction records seen under read_uncommitted (%d abort, %d commit markers)",
 		records, plan.stops, plan.stopName, time.Since(start).Round(time.Millisecond), time.Since(checkStart).Round(time.Millisecond),
 		r.AbortedRecords, r.AbortMarkers, r.CommitMarkers)
+}
+
+// waitInputCommitted waits (up to drainBound) until the group's committed
+// offsets reach end, failing at once if one of procs exits meanwhile.
+func (e *env) waitInputCommitted(t *testing.T, end map[int32]int64, procs ...*Process) {
+	t.Helper()
+	WaitFor(t, drainBound, "the group's committed offsets to reach the input end", func() (bool, string) {
+		for _, p := range procs {
+			select {
+			case <-p.Exited():
+				t.Fatalf("a pipeline exited on its own while draining:\n%s", p.Tail(40))
+			default:
+			}
+		}
+		_, c, err := e.committed()
+		return err == nil && offsetsReached(c, end), fmt.Sprintf("committed %v, input end %v (%v)", sorted(c), sorted(end), err)
+	})
 }
 
 // offsetsReached reports whether committed offsets are at the end of every

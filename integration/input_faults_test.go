@@ -58,15 +58,7 @@ func TestPoisonRecordsGoToTheDeadLetterTopicOnce(t *testing.T) {
 	input.Wait(t)
 	bad.Wait(t)
 	end := e.inputEnd()
-	WaitFor(t, drainBound, "the group's committed offsets to reach the input end", func() (bool, string) {
-		select {
-		case <-p.Exited():
-			t.Fatalf("the pipeline exited on its own while draining:\n%s", p.Tail(40))
-		default:
-		}
-		_, c, err := e.committed()
-		return err == nil && offsetsReached(c, end), fmt.Sprintf("committed %v, input end %v (%v)", sorted(c), sorted(end), err)
-	})
+	e.waitInputCommitted(t, end, p)
 	p.Term()
 	drained := time.Since(start)
 

@@ -71,18 +71,7 @@ func TestRebalancesMidStream(t *testing.T) {
 
 	input.Wait(t)
 	end := e.inputEnd()
-	WaitFor(t, drainBound, "the second instance to commit the input end", func() (bool, string) {
-		select {
-		case <-p2.Exited():
-			t.Fatalf("the second instance exited on its own:\n%s", p2.Tail(40))
-		default:
-		}
-		_, c, err := e.committed()
-		if err != nil {
-			return false, err.Error()
-		}
-		return offsetsReached(c, end), fmt.Sprintf("committed %v, input end %v", sorted(c), sorted(end))
-	})
+	e.waitInputCommitted(t, end, p2)
 	p2.Term()
 	// The killed instance's last transaction is still open; it holds no
 	// offsets the survivor needed (those were stable), only outputs the

@@ -91,18 +91,7 @@ func runCountKills(t *testing.T, backend string) {
 	p := e.startPipeline(cfgPath)
 	input.Wait(t)
 	end := e.inputEnd()
-	WaitFor(t, drainBound, "the group's committed offsets to reach the input end", func() (bool, string) {
-		select {
-		case <-p.Exited():
-			t.Fatalf("the pipeline exited on its own:\n%s", p.Tail(40))
-		default:
-		}
-		_, c, err := e.committed()
-		if err != nil {
-			return false, err.Error()
-		}
-		return offsetsReached(c, end), fmt.Sprintf("committed %v, input end %v", sorted(c), sorted(end))
-	})
+	e.waitInputCommitted(t, end, p)
 	p.Term()
 
 	checkCounts(t, e, records, keys)
@@ -162,20 +151,7 @@ func TestKeyedCountsAcrossARebalance(t *testing.T) {
 	})
 	input.Wait(t)
 	end := e.inputEnd()
-	WaitFor(t, drainBound, "the instances to commit the input end", func() (bool, string) {
-		for _, p := range []*Process{p1, p2} {
-			select {
-			case <-p.Exited():
-				t.Fatalf("an instance exited on its own:\n%s", p.Tail(40))
-			default:
-			}
-		}
-		_, c, err := e.committed()
-		if err != nil {
-			return false, err.Error()
-		}
-		return offsetsReached(c, end), fmt.Sprintf("committed %v, input end %v", sorted(c), sorted(end))
-	})
+	e.waitInputCommitted(t, end, p1, p2)
 	p1.Term()
 	p2.Term()
 	checkCounts(t, e, records, keys)
