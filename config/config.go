@@ -79,7 +79,7 @@ type Consumer struct {
 // Producer tunes the transactional producer.
 type Producer struct {
 	Compression        string        // none, gzip, snappy, lz4 (default) or zstd
-	Linger             time.Duration // default 0
+	Linger             time.Duration // default 50ms: outputs show at the commit, whose flush stops lingering
 	BatchMaxBytes      int32         // `batch_max_bytes`; default 1 MiB
 	MaxBufferedRecords int           // `max_buffered_records`; default 100000
 	MaxBufferedBytes   int64         // `max_buffered_bytes`; default 256 MiB

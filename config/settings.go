@@ -51,7 +51,7 @@ func (c *Config) settings() []setting {
 		{"consumer.max_poll_records", &c.Consumer.MaxPollRecords, 10000},
 
 		{"producer.compression", &c.Producer.Compression, "lz4"},
-		{"producer.linger", &c.Producer.Linger, time.Duration(0)},
+		{"producer.linger", &c.Producer.Linger, 50 * time.Millisecond},
 		{"producer.batch_max_bytes", &c.Producer.BatchMaxBytes, int32(1 * mib)},
 		{"producer.max_buffered_records", &c.Producer.MaxBufferedRecords, 100000},
 		{"producer.max_buffered_bytes", &c.Producer.MaxBufferedBytes, int64(256 * mib)},
