@@ -86,6 +86,7 @@ type env struct {
 	name       string // unique per run: group, transactional id, pipeline name
 	interval   time.Duration
 	maxRecords int
+	linger     time.Duration
 	hooks      *hooks
 	log        *slog.Logger
 
@@ -144,13 +145,14 @@ func (h *hooks) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 }
 
 // tuning is the clients' producer and fetch settings, the pipeline's
-// defaults (config/settings.go), given to the baseline arms too so that
-// every arm compresses, batches and buffers alike. franz-go's own defaults
-// differ (snappy, a 10 ms linger, 50,000 buffered records).
-func tuning() []kgo.Opt {
+// defaults (config/settings.go) but for the linger, which -linger sets for
+// every arm, given to the baseline arms too so that every arm compresses,
+// batches and buffers alike. franz-go's own defaults differ (snappy, a 10
+// ms linger, 50,000 buffered records).
+func tuning(linger time.Duration) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.ProducerBatchCompression(kgo.Lz4Compression(), kgo.NoCompression()),
-		kgo.ProducerLinger(0),
+		kgo.ProducerLinger(linger),
 		kgo.ProducerBatchMaxBytes(1 << 20),
 		kgo.MaxBufferedRecords(100000),
 		kgo.MaxBufferedBytes(256 << 20),
@@ -159,7 +161,7 @@ func tuning() []kgo.Opt {
 }
 
 func (e *env) clientOpts() []kgo.Opt {
-	opts := append([]kgo.Opt{kgo.SeedBrokers(e.seeds...), kgo.ClientID("bench-" + e.name), kgo.WithHooks(e.hooks)}, tuning()...)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(e.seeds...), kgo.ClientID("bench-" + e.name), kgo.WithHooks(e.hooks)}, tuning(e.linger)...)
 	return append(opts, kgo.ConsumerGroup(e.name), kgo.ConsumeTopics(e.in))
 }
 
@@ -310,7 +312,7 @@ func runPeer(ctx context.Context, e *env) error {
 
 // runPipeline runs this repository's pipeline in the process, with steps
 // (YAML) between one source and one sink, and every other setting at its
-// default but the checkpoint interval and max_records.
+// default but the checkpoint interval, max_records and the producer linger.
 func runPipeline(steps string) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
 		quoted := make([]string, len(e.seeds))
@@ -324,7 +326,8 @@ checkpoint: {interval: %s, max_records: %d}
 sources: {in: {topics: [%s]}}
 steps: %s
 sinks: {out: {topic: %s}}
-`, e.name, strings.Join(quoted, ", "), e.interval, e.maxRecords, e.in, steps, e.out)
+producer: {linger: %s}
+`, e.name, strings.Join(quoted, ", "), e.interval, e.maxRecords, e.in, steps, e.out, e.linger)
 		noEnv := func(string) (string, bool) { return "", false }
 		cfg, err := config.Parse([]byte(y), e.name+".yaml", noEnv)
 		if err != nil {

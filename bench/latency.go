@@ -33,7 +33,7 @@ func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) Lat
 		return fail(err)
 	}
 	defer obs.Stop()
-	pcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.seeds...), kgo.ClientID("bench-rate")}, tuning()...)...)
+	pcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.seeds...), kgo.ClientID("bench-rate")}, tuning(h.o.Linger)...)...)
 	if err != nil {
 		return fail(err)
 	}

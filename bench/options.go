@@ -26,6 +26,7 @@ type Options struct {
 	Latency         bool            // also measure latency at a fixed rate
 	LatencyFor      time.Duration   // how long each latency run measures (at least 3 intervals)
 	MaxRecords      int             // checkpoint.max_records, and the peer's records per transaction
+	Linger          time.Duration   // producer linger of every arm (the pipeline's producer.linger)
 	RunTimeout      time.Duration   // one arm run's limit
 	JSON, CSV       string          // result files; "" for none
 	Plot            string          // PNG of throughput against checkpoint interval; "" for none
@@ -59,6 +60,7 @@ func ParseFlags(args []string, w io.Writer) (Options, error) {
 	fs.BoolVar(&o.Latency, "latency", true, "after the rounds, measure end-to-end latency of every arm at half the slowest arm's throughput")
 	fs.DurationVar(&o.LatencyFor, "latency-duration", 10*time.Second, "how long each latency run measures (at least three checkpoint intervals)")
 	fs.IntVar(&o.MaxRecords, "max-records", 200000, "checkpoint.max_records of the pipeline arms; the peer commits after as many records")
+	fs.DurationVar(&o.Linger, "linger", 50*time.Millisecond, "producer linger of every arm: the pipeline's producer.linger, and the baselines' (default: the pipeline's default)")
 	fs.DurationVar(&o.RunTimeout, "run-timeout", 5*time.Minute, "limit of one arm run")
 	fs.StringVar(&o.JSON, "json", "", "write every run and the summary as JSON to `file`")
 	fs.StringVar(&o.CSV, "csv", "", "write the summary rows as CSV to `file`")
@@ -117,6 +119,8 @@ func (o *Options) Validate() error {
 		return usageErrorf("-rounds must be at least 1")
 	case o.MaxRecords < 1:
 		return usageErrorf("-max-records must be at least 1")
+	case o.Linger < 0:
+		return usageErrorf("-linger must not be negative")
 	case o.RunTimeout <= 0:
 		return usageErrorf("-run-timeout must be positive")
 	case o.LatencyFor <= 0:

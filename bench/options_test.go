@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/pipeline-run/pipeline/config"
 )
 
 func TestParseFlagsDefaults(t *testing.T) {
@@ -56,6 +58,8 @@ func TestParseFlags(t *testing.T) {
 		{"an unknown log level", []string{"-log-level", "loud"}, nil, true},
 		{"an unknown flag", []string{"-frob"}, nil, true},
 		{"an argument", []string{"extra"}, nil, true},
+		{"a linger", []string{"-linger", "0s"}, func(o Options) bool { return o.Linger == 0 }, false},
+		{"a negative linger", []string{"-linger", "-1ms"}, nil, true},
 		{"an unknown arm to profile", []string{"-cpuprofile", "x", "-profile-arm", "nope"}, nil, true},
 	}
 	for _, tc := range tests {
@@ -77,5 +81,22 @@ func TestParseFlags(t *testing.T) {
 	}
 	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v, want flag.ErrHelp", err)
+	}
+}
+
+// TestDefaultLingerIsThePipelines: the arms are compared at the pipeline's
+// own producer settings unless told otherwise.
+func TestDefaultLingerIsThePipelines(t *testing.T) {
+	o, err := ParseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte("name: p\nbrokers: [localhost:9092]\nsources: {in: {topics: [in]}}\nsinks: {out: {topic: out}}\n"), "p.yaml",
+		func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Linger != cfg.Producer.Linger {
+		t.Fatalf("-linger defaults to %v, the pipeline's producer.linger to %v", o.Linger, cfg.Producer.Linger)
 	}
 }

@@ -29,7 +29,7 @@ func (h *harness) profile(ctx context.Context) error {
 		return err
 	}
 	defer h.deleteTopics(in)
-	pcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.seeds...), kgo.ClientID("bench-fill")}, tuning()...)...)
+	pcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.seeds...), kgo.ClientID("bench-fill")}, tuning(h.o.Linger)...)...)
 	if err != nil {
 		return err
 	}

@@ -97,6 +97,7 @@ type Results struct {
 	Machine    Machine         `json:"machine"`
 	Started    time.Time       `json:"started"`
 	Took       string          `json:"took"`
+	Linger     string          `json:"linger,omitempty"` // every arm's producer linger
 	Skipped    []string        `json:"skipped,omitempty"`
 	Runs       []ThroughputRun `json:"runs"`
 	Latencies  []LatencyRun    `json:"latencies,omitempty"`

@@ -81,7 +81,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 
 	var skipped []string
 	h.arms, skipped = arms(o.Arms, pipeline.NewRegistry())
-	h.res = &Results{Broker: h.label, Command: "bench " + strings.Join(os.Args[1:], " "), Machine: machine(), Started: start, Skipped: skipped}
+	h.res = &Results{Broker: h.label, Command: "bench " + strings.Join(os.Args[1:], " "), Machine: machine(), Started: start, Skipped: skipped, Linger: o.Linger.String()}
 	m := h.res.Machine
 	fmt.Fprintf(stdout, "broker: %s (%s); %d CPUs (GOMAXPROCS %d), %s, %s; %s %s; load average %.2f\n", h.label, strings.Join(h.seeds, ","), m.CPUs, m.GOMAXPROCS, m.Memory, m.CPUModel, m.Go, m.OS, m.Load1)
 	fmt.Fprintf(stdout, "backlog %d records per run, %d rounds; sizes %v B, partitions %v, intervals %v\n", o.Records, o.Rounds, o.Sizes, o.Partitions, o.Intervals)
@@ -155,7 +155,7 @@ func (h *harness) group(ctx context.Context, size, parts int, warm bool) error {
 	}
 	defer h.deleteTopics(in)
 	fmt.Fprintf(h.msg, "filling %s with %d records of %d B in %d partitions\n", in, o.Records, size, parts)
-	pcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.seeds...), kgo.ClientID("bench-fill")}, tuning()...)...)
+	pcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.seeds...), kgo.ClientID("bench-fill")}, tuning(h.o.Linger)...)...)
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,7 @@ func (h *harness) throughput(ctx context.Context, a *Arm, iv time.Duration, size
 func (h *harness) env(a *Arm, name, in, out string, iv time.Duration, target int64) *env {
 	e := newEnv(target)
 	e.seeds, e.in, e.out, e.name, e.interval, e.maxRecords, e.log = h.seeds, in, out, name, iv, h.o.MaxRecords, h.log
+	e.linger = h.o.Linger
 	e.hooks = &hooks{in: in, out: out}
 	return e
 }
