@@ -11,6 +11,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -19,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -163,24 +165,75 @@ func parse(fs *flag.FlagSet, args []string) error {
 }
 
 // loadConfig loads and validates the file, then builds the graph so that
-// operator and expression errors are found before anything runs.
+// operator and expression errors are found before anything runs. A file
+// with configuration errors is still built as far as it was read, so that
+// one run shows every problem: the graph's are merged into the
+// configuration's (as config.Errors, sorted by line), leaving out those
+// the configuration already reported.
 func (e *env) loadConfig(path string) (*config.Config, *pipeline.Graph, error) {
 	if path == "" {
 		return nil, nil, usagef("-c FILE is required")
 	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		var ce config.Errors
-		if errors.As(err, &ce) {
+	return e.checkConfig(config.Load(path))
+}
+
+// checkConfig is loadConfig after config.Load (or Parse) returned cfg and err.
+func (e *env) checkConfig(cfg *config.Config, err error) (*config.Config, *pipeline.Graph, error) {
+	var ce config.Errors
+	switch {
+	case err == nil:
+		g, err := pipeline.Build(cfg, e.reg)
+		var be pipeline.BuildErrors
+		if errors.As(err, &be) {
+			return nil, nil, placeGraphErrors(cfg, be)
+		}
+		if err != nil {
 			return nil, nil, err
 		}
+		return cfg, g, nil
+	case !errors.As(err, &ce):
 		return nil, nil, usageError{err}
-	}
-	g, err := pipeline.Build(cfg, e.reg)
-	if err != nil {
+	case cfg == nil:
 		return nil, nil, err
 	}
-	return cfg, g, nil
+	all := slices.Clone(ce)
+	_, err = pipeline.Build(cfg, e.reg)
+	var be pipeline.BuildErrors
+	switch {
+	case errors.As(err, &be):
+		for _, b := range placeGraphErrors(cfg, be) {
+			if !cfg.Reported(b.Path) {
+				all = append(all, &config.FieldError{Path: b.Path, Line: b.Line, Msg: b.Msg})
+			}
+		}
+	case err != nil: // Build returns BuildErrors; this is a safety net
+		all = append(all, &config.FieldError{Path: "steps", Msg: err.Error()})
+	}
+	slices.SortStableFunc(all, func(a, b *config.FieldError) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Path, b.Path))
+	})
+	return nil, nil, all
+}
+
+// placeGraphErrors gives each graph error without a line (a key missing
+// from the file, such as steps[0].key_by.key) the line of the nearest
+// enclosing key, as configuration errors have, and sorts them the same
+// way: by line, then path.
+func placeGraphErrors(cfg *config.Config, be pipeline.BuildErrors) pipeline.BuildErrors {
+	for _, b := range be {
+		for p := b.Path; b.Line == 0 && p != ""; {
+			i := strings.LastIndexAny(p, ".[")
+			if i < 0 {
+				break
+			}
+			p = p[:i]
+			b.Line = cfg.Line(p)
+		}
+	}
+	slices.SortStableFunc(be, func(a, b *pipeline.BuildError) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Path, b.Path))
+	})
+	return be
 }
 
 func newLogger(w io.Writer, c config.Log, override string) *slog.Logger {

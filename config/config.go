@@ -40,6 +40,7 @@ type Config struct {
 	lines    map[string]int    // YAML path -> line, from the parsed file
 	env      map[string]string // YAML path -> the environment variable that set it
 	clusters []clusterRef      // brokers named again under a source, sink or dead_letter
+	reported map[string]bool   // paths Parse found a problem at, when it returned Errors
 }
 
 // Brokers is where Kafka is: a list of host:port addresses, or the embedded

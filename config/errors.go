@@ -52,3 +52,102 @@ func (es Errors) sort() {
 		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Path, b.Path))
 	})
 }
+
+// Reported reports whether a problem Parse returned with this partly
+// filled Config covers path, so that a further check of it (the graph
+// builder's) can leave out what was already said. A problem covers path
+// when it is:
+//   - at path or above it;
+//   - below it, unless path is a top-level key: a problem at
+//     "steps[1].name" covers "steps[1]", one at "sinks.out.topic" does
+//     not cover "sinks";
+//   - in a step that the `from` at path reads: that step's outputs are
+//     not known;
+//   - the sources section's own (none, or not a mapping), and path a
+//     `from` left out, whose default would be the only source.
+//
+// It is false for every path of a Config that Parse accepted.
+func (c *Config) Reported(path string) bool {
+	if len(c.reported) == 0 {
+		return false
+	}
+	if c.reported["sources"] && c.isFrom(path) && len(c.readsAt(path)) == 0 {
+		return true
+	}
+	for p := path; p != ""; p = parentPath(p) {
+		if c.reported[p] {
+			return true
+		}
+	}
+	if parentPath(path) != "" {
+		for p := range c.reported {
+			if under(p, path) {
+				return true
+			}
+		}
+	}
+	for _, stream := range c.readsAt(path) {
+		node, _, _ := strings.Cut(stream, ".")
+		for _, st := range c.Steps {
+			if (st.Name == stream || st.Name == node) && c.reportedUnder(st.Path) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// reportedUnder reports whether a problem was found at path or below it.
+func (c *Config) reportedUnder(path string) bool {
+	for p := range c.reported {
+		if p == path || under(p, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// under reports whether path p is below path above: "a.b" and "a[0]" are
+// below "a", "ab" is not.
+func under(p, above string) bool {
+	rest, ok := strings.CutPrefix(p, above)
+	return ok && rest != "" && (rest[0] == '.' || rest[0] == '[')
+}
+
+// isFrom reports whether path is the `from` of a step or a sink, or an
+// item of one.
+func (c *Config) isFrom(path string) bool {
+	for _, st := range c.Steps {
+		if path == st.Path+".from" || under(path, st.Path+".from") {
+			return true
+		}
+	}
+	for _, sk := range c.Sinks {
+		if path == sk.Path+".from" {
+			return true
+		}
+	}
+	return false
+}
+
+// readsAt returns the streams named by the `from` at path: "steps[i].from",
+// "steps[i].from[j]" or "sinks.<name>.from"; nil for any other path.
+func (c *Config) readsAt(path string) []string {
+	for _, st := range c.Steps {
+		switch {
+		case path == st.Path+".from":
+			return st.From
+		case under(path, st.Path+".from"):
+			var j int
+			if _, err := fmt.Sscanf(strings.TrimPrefix(path, st.Path+".from"), "[%d]", &j); err == nil && j >= 0 && j < len(st.From) {
+				return st.From[j : j+1]
+			}
+		}
+	}
+	for _, sk := range c.Sinks {
+		if path == sk.Path+".from" && sk.From != "" {
+			return []string{sk.From}
+		}
+	}
+	return nil
+}

@@ -66,6 +66,16 @@ func envOf(vars map[string]string) func(string) (string, bool) {
 	}
 }
 
+// listedEnv returns an environment holding vars that, like the process
+// environment, can be listed, so that unknown PIPELINE_* names are found.
+func listedEnv(vars map[string]string) environment {
+	e := environment{lookup: envOf(vars), listed: true}
+	for name := range vars {
+		e.names = append(e.names, name)
+	}
+	return e
+}
+
 // mustParse parses doc in an empty environment and fails on any error.
 func mustParse(t *testing.T, doc string) *Config {
 	t.Helper()

@@ -23,10 +23,25 @@ func Load(path string) (*Config, error) {
 // process environment (os.LookupEnv).
 //
 // An unreadable document (a YAML syntax error, several documents, a top
-// level that is not a mapping) is a plain error naming name and the line.
-// Otherwise every problem found is returned together as Errors, sorted by
-// line: unknown keys, values of the wrong type, and what Validate reports.
+// level that is not a mapping) is a plain error naming name and the line,
+// and the Config is nil. Otherwise every problem found is returned
+// together as Errors, sorted by line: unknown keys, values of the wrong
+// type, PIPELINE_* variables that are not settings, and what Validate
+// reports. With Errors, the Config is also returned, filled as far as the
+// file allowed: it is for finding further problems (see Reported), never
+// for running.
+//
+// Only the process environment can be listed, so PIPELINE_* variables
+// that name no setting (a misspelt PIPELINE_CHECKPOINT_INTERVL) are
+// reported only when env is nil.
 func Parse(data []byte, name string, env func(string) (string, bool)) (*Config, error) {
+	if env == nil {
+		return parse(data, name, processEnv())
+	}
+	return parse(data, name, environment{lookup: env})
+}
+
+func parse(data []byte, name string, env environment) (*Config, error) {
 	doc, err := parseDocument(data, name)
 	if err != nil {
 		return nil, err
@@ -40,7 +55,8 @@ func Parse(data []byte, name string, env func(string) (string, bool)) (*Config, 
 	}
 
 	r.checkSections(root)
-	r.settings(root, env)
+	r.settings(root, env.viperLookup())
+	r.environment(env)
 	r.sources(root.get("sources"))
 	r.steps(root.get("steps"))
 	r.sinks(root.get("sinks"))
@@ -51,7 +67,11 @@ func Parse(data []byte, name string, env func(string) (string, bool)) (*Config, 
 	errs := append(Errors(r.errs), c.validate(r.reported)...)
 	if len(errs) > 0 {
 		errs.sort()
-		return nil, errs
+		for _, e := range errs {
+			r.bad[e.Path] = true
+		}
+		c.reported = r.bad
+		return c, errs
 	}
 	return c, nil
 }

@@ -60,7 +60,7 @@ demo: {topic: sensor-readings, rate: 50, records: 500, sensors: 5, partitions: 2
 // public returns c without its unexported bookkeeping, for comparisons.
 func public(c *Config) Config {
 	p := *c
-	p.lines, p.env, p.clusters = nil, nil, nil
+	p.lines, p.env, p.clusters, p.reported = nil, nil, nil, nil
 	return p
 }
 
@@ -288,8 +288,6 @@ func TestEnvironmentOverrides(t *testing.T) {
 			func(c *Config) any { return c.Name + " " + c.Group + " " + c.Transactions.IDPrefix }, "other other other"},
 		{"an empty variable is ignored", base, map[string]string{"PIPELINE_NAME": ""},
 			func(c *Config) any { return c.Name }, "p"},
-		{"sources are not overridden", base, map[string]string{"PIPELINE_SOURCES_IN_TOPICS": "other", "PIPELINE_SOURCES": "x"},
-			func(c *Config) any { return c.Sources[0].Topics }, []string{"input"}},
 		{"a demo topic turns the demo on", base, map[string]string{"PIPELINE_DEMO_TOPIC": "input"},
 			func(c *Config) any { return c.Demo }, Demo{Topic: "input", Rate: 1000, Records: 10000, Sensors: 20, Partitions: 3}},
 	}
@@ -350,13 +348,93 @@ func TestEnvironmentErrorsNameTheVariable(t *testing.T) {
 			map[string]string{"PIPELINE_BROKERS": "a:1,kafka"},
 			`brokers: "kafka" is not a host:port address (set by PIPELINE_BROKERS)`,
 		},
+
+		// Variables that set nothing.
+		{
+			"a misspelt variable suggests the right one",
+			map[string]string{"PIPELINE_CHECKPOINT_INTERVL": "5s"},
+			"PIPELINE_CHECKPOINT_INTERVL: unknown environment variable (did you mean PIPELINE_CHECKPOINT_INTERVAL?)",
+		},
+		{
+			"a variable with a unit suffix suggests the right one",
+			map[string]string{"PIPELINE_TRANSACTIONS_TIMEOUT_MS": "90000"},
+			"PIPELINE_TRANSACTIONS_TIMEOUT_MS: unknown environment variable (did you mean PIPELINE_TRANSACTIONS_TIMEOUT?)",
+		},
+		{
+			"a variable in lower case suggests the upper-case one",
+			map[string]string{"pipeline_log_level": "debug"},
+			"pipeline_log_level: unknown environment variable (did you mean PIPELINE_LOG_LEVEL?)",
+		},
+		{
+			"a misspelt non-setting variable suggests it",
+			map[string]string{"PIPELINE_CRASH_AT_": "before-commit:1"},
+			"PIPELINE_CRASH_AT_: unknown environment variable (did you mean PIPELINE_CRASH_AT?)",
+		},
+		{
+			"a variable far from any setting says how variables are named",
+			map[string]string{"PIPELINE_FROBNICATE": "1"},
+			`PIPELINE_FROBNICATE: unknown environment variable: no setting has this name (a setting's variable is PIPELINE_ and its path in upper case with "_" for ".", such as PIPELINE_CHECKPOINT_INTERVAL)`,
+		},
+		{
+			"a misspelt variable is reported with the problems of the others",
+			map[string]string{"PIPELINE_CHEKPOINT_TIMEOUT": "1s", "PIPELINE_CHECKPOINT_TIMEOUT": "0s"},
+			"PIPELINE_CHEKPOINT_TIMEOUT: unknown environment variable (did you mean PIPELINE_CHECKPOINT_TIMEOUT?)\n" +
+				"checkpoint.timeout: must be positive, found 0s (set by PIPELINE_CHECKPOINT_TIMEOUT)",
+		},
+		{
+			"sources cannot be set from the environment",
+			map[string]string{"PIPELINE_SOURCES": "x"},
+			"PIPELINE_SOURCES: sources cannot be set from the environment: it is the pipeline's shape and belongs in the file",
+		},
+		{
+			"a source's topics cannot be set from the environment",
+			map[string]string{"PIPELINE_SOURCES_IN_TOPICS": "other"},
+			"PIPELINE_SOURCES_IN_TOPICS: sources cannot be set from the environment: it is the pipeline's shape and belongs in the file",
+		},
+		{
+			"steps cannot be set from the environment",
+			map[string]string{"PIPELINE_STEPS": "[]"},
+			"PIPELINE_STEPS: steps cannot be set from the environment: it is the pipeline's shape and belongs in the file",
+		},
+		{
+			"a sink's topic cannot be set from the environment",
+			map[string]string{"PIPELINE_SINKS_OUT_TOPIC": "other"},
+			"PIPELINE_SINKS_OUT_TOPIC: sinks cannot be set from the environment: it is the pipeline's shape and belongs in the file",
+		},
+		{
+			"topic configs cannot be set from the environment",
+			map[string]string{"PIPELINE_TOPICS_CONFIGS_RETENTION_MS": "1000"},
+			"PIPELINE_TOPICS_CONFIGS_RETENTION_MS: topics.configs cannot be set from the environment: it is the pipeline's shape and belongs in the file",
+		},
+		{
+			"the variables the binary reads besides settings are accepted",
+			map[string]string{"PIPELINE_CRASH_AT": "before-commit:3", "PIPELINE_TEST_LOG": "1"},
+			"",
+		},
+		{
+			"a misspelt variable set to the empty string is ignored, as a setting's is",
+			map[string]string{"PIPELINE_CHECKPOINT_INTERVL": ""},
+			"",
+		},
+		{
+			"variables without the PIPELINE_ prefix are not ours",
+			map[string]string{"PIPELINES_NAME": "x", "PIPELINE": "y", "HOME": "/root"},
+			"",
+		},
 	}
 	doc := withBase("checkpoint: {interval: 1s, timeout: 2s}\ntransactions: {timeout: 31s}")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(doc), "test.yaml", envOf(tt.vars))
-			if err == nil || err.Error() != tt.want {
+			_, err := parse([]byte(doc), "test.yaml", listedEnv(tt.vars))
+			switch {
+			case tt.want == "":
+				if err != nil {
+					t.Fatalf("unexpected error:\n%v", err)
+				}
+			case err == nil || err.Error() != tt.want:
 				t.Fatalf("error:\n%v\nwant:\n%s", err, tt.want)
+			default:
+				fieldErrors(t, err)
 			}
 		})
 	}
@@ -499,6 +577,14 @@ func TestLoad(t *testing.T) {
 			t.Errorf("checkpoint.interval = %v, want 3s", c.Checkpoint.Interval)
 		}
 	})
+	t.Run("a misspelt variable of the process environment is an error", func(t *testing.T) {
+		t.Setenv("PIPELINE_CHECKPOINT_INTERVL", "3s")
+		_, err := Load(write("typo.yaml", base))
+		want := "PIPELINE_CHECKPOINT_INTERVL: unknown environment variable (did you mean PIPELINE_CHECKPOINT_INTERVAL?)"
+		if err == nil || err.Error() != want {
+			t.Fatalf("Load = %v, want %s", err, want)
+		}
+	})
 	t.Run("a missing file is a not-exist error", func(t *testing.T) {
 		_, err := Load(filepath.Join(dir, "missing.yaml"))
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -552,5 +638,84 @@ func TestAliasBombIsStopped(t *testing.T) {
 	_, err := Parse([]byte(withBase(b.String())), "test.yaml", noEnv)
 	if err == nil || !strings.Contains(err.Error(), "the document is too large once its aliases are expanded") {
 		t.Fatalf("error = %v, want the document to be too large", err)
+	}
+}
+
+// TestErrorsComeWithThePartlyFilledConfig checks that Parse returns what it
+// could read along with Errors, for the graph builder to check further.
+func TestErrorsComeWithThePartlyFilledConfig(t *testing.T) {
+	doc := withBase("checkpoint: {intervl: 1s}\nsteps:\n  - filter: \"value.x >\"\nsinks:\n  out: {}")
+	c, err := Parse([]byte(doc), "test.yaml", noEnv)
+	fieldErrors(t, err)
+	if c == nil {
+		t.Fatal("Parse returned no Config with its Errors")
+	}
+	if c.Name != "p" || len(c.Sources) != 1 || len(c.Steps) != 1 || c.Steps[0].Spec != "value.x >" || len(c.Sinks) != 1 {
+		t.Errorf("partly filled Config = %+v, want the name, the source, the step with its spec and the sink", public(c))
+	}
+	if c.Checkpoint.Interval != time.Second || c.Line("steps[0].filter") != 9 {
+		t.Errorf("interval %v, steps[0].filter on line %d; want the default 1s and line 9", c.Checkpoint.Interval, c.Line("steps[0].filter"))
+	}
+
+	if c, err := Parse([]byte("name: p: q\n"), "test.yaml", noEnv); c != nil || err == nil {
+		t.Errorf("an unreadable document gave a Config (%v) or no error (%v)", c, err)
+	}
+}
+
+// TestReportedCoversWhatParseFound checks which paths a further check of a
+// partly filled Config leaves out as already reported.
+func TestReportedCoversWhatParseFound(t *testing.T) {
+	doc := withBase(`steps:
+  - {name: r, split: {hot: x}, filter: y}
+  - {name: "a b", from: r, map: {}}
+  - {name: m, from: [in, r.hot, "a b"], union: {}}
+  - {name: ok, from: in, filter: x}
+sinks:
+  out: {topik: output, from: r.hot}
+  fine: {from: ok, topic: other, format: xml}
+  good: {from: ok, topic: third}`)
+	c, err := Parse([]byte(doc), "test.yaml", noEnv)
+	fieldErrors(t, err)
+	tests := []struct {
+		path string
+		want bool
+	}{
+		{"steps[0]", true},                  // the error itself: two operators
+		{"steps[0].", true},                 // below it: the builder's unknown operator ""
+		{"steps[1].name", true},             // an invalid name
+		{"steps[1]", true},                  // above a problem, inside one step: the builder's duplicate name
+		{"steps[1].map", false},             // beside a problem: the step's own spec is still checked
+		{"sinks.out.topic", true},           // the key a misspelt one stands for
+		{"sinks.out.from", true},            // reads the output of a broken step
+		{"steps[2].from[1]", true},          // reads r.hot
+		{"steps[2].from[2]", true},          // reads "a b", whose name is broken
+		{"steps[2].from[0]", false},         // reads the source
+		{"sinks.fine.format", true},         // the error itself
+		{"sinks.fine.from", false},          // reads a sound step
+		{"sinks.good.key", false},           // nothing reported
+		{"steps[3].filter", false},          // nothing reported
+		{"sinks", false},                    // a section is not covered by its entries' problems
+		{"sources", false},                  // nor a section with none
+		{"topics.partitions", false},        // a setting with none
+		{"checkpoint.interval.more", false}, // nothing reported there
+	}
+	for _, tt := range tests {
+		if got := c.Reported(tt.path); got != tt.want {
+			t.Errorf("Reported(%q) = %v, want %v\nerrors:\n%v", tt.path, got, tt.want, err)
+		}
+	}
+
+	// Without sources, a from left out has no default: the builder's
+	// "required" there is the missing sources again.
+	c, err = Parse([]byte("name: p\nbrokers: embedded\nsteps:\n  - filter: x\n  - {name: last, filter: y}\nsinks:\n  out: {topic: o}\n"), "test.yaml", noEnv)
+	fieldErrors(t, err)
+	for path, want := range map[string]bool{"steps[0].from": true, "steps[1].from": false, "sinks.out.from": false, "steps[0].filter": false} {
+		if got := c.Reported(path); got != want {
+			t.Errorf("without sources, Reported(%q) = %v, want %v\nerrors:\n%v", path, got, want, err)
+		}
+	}
+
+	if ok := mustParse(t, base); ok.Reported("sinks.out.topic") || ok.Reported("") {
+		t.Error("a valid Config reports problems")
 	}
 }

@@ -107,6 +107,7 @@ func TestValidationRules(t *testing.T) {
 		{"a replication factor of 3 is accepted", "topics: {replication_factor: 3, partitions: 12}", ""},
 		{"topic configs with dotted names are accepted", "topics:\n  configs: {cleanup.policy: compact, retention.ms: 1000}", ""},
 		{"topic configs that are not a mapping are rejected", "topics: {configs: [a]}", "topics.configs (line 7): expected a mapping of topic config names to values, found a list"},
+		{"a topic config with an empty name is rejected", "topics:\n  configs: {'': x, retention.ms: 1000}", "topics.configs (line 8): a topic config name is empty"},
 
 		// sources
 		{"no sources is rejected", "sources: ~", "sources (line 3): at least one source is required"},
@@ -180,6 +181,8 @@ func TestValidationRules(t *testing.T) {
 		{"a sink with key, value and headers is accepted", "sinks:\n  out: {topic: output, key: value.id, value: value, headers: {trace: value.t}}", ""},
 		{"two sinks writing one topic are accepted", "sinks:\n  a: {topic: output}\n  b: {topic: output}", ""},
 		{"a sink that is not a mapping is rejected", "sinks:\n  out: output", `sinks.out (line 6): expected a mapping such as {topic: ...}, found "output"`},
+		{"a sink header with an empty name is rejected", "sinks:\n  out: {topic: output, headers: {'': value.x}}", "sinks.out.headers (line 6): a header name is empty"},
+		{"a sink name with a dot is rejected", "sinks:\n  a.b: {topic: output}", `sinks.a.b (line 6): "a.b" is not a valid sink name: use letters, digits, "_" and "-"`},
 
 		// one cluster
 		{
@@ -202,7 +205,19 @@ func TestValidationRules(t *testing.T) {
 		{"a dead-letter topic equal to a sink topic is rejected", "dead_letter: {topic: output}", `dead_letter.topic (line 7): topic "output" is also written by sinks.out`},
 		{"an invalid dead-letter topic is rejected", "dead_letter: {topic: 'd l q'}", `dead_letter.topic (line 7): "d l q" is not a valid topic name`},
 
+		// state
+		{"an unknown state backend is rejected", "state: {backend: rocksdb}", `state.backend (line 7): must be memory or pebble, found "rocksdb"`},
+		{"the pebble backend without a directory is rejected", "state: {backend: pebble}", "state.dir (line 7): required with state.backend pebble"},
+		{"the pebble backend with a directory is accepted", "state: {backend: pebble, dir: /var/lib/pipeline}", ""},
+
 		// audit
+		{"an audit topic equal to a source topic is rejected", "audit: {topic: input}",
+			`audit.topic (line 7): topic "input" is also read by sources.in: the pipeline would read its own output`},
+		{"an audit topic equal to a sink topic is rejected", "audit: {topic: output}",
+			`audit.topic (line 7): topic "output" is also written by sinks.out: progress records would mix with its output`},
+		{"an audit topic equal to the dead-letter topic is rejected", "audit: {topic: dlq}\ndead_letter: {topic: dlq}",
+			`audit.topic (line 7): topic "dlq" is also the dead-letter topic`},
+		{"an audit topic is not checked when the audit is off", "audit: {enabled: false, topic: output}", ""},
 		{"source positions are off by default and accepted on", "audit: {source_positions: true}", ""},
 		{"source positions without progress records are rejected", "audit: {enabled: false, source_positions: true}",
 			"audit.source_positions (line 7): needs audit.enabled: the positions are checked against the progress records"},
