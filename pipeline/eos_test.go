@@ -506,9 +506,11 @@ func TestStartupChecks(t *testing.T) {
 		}
 	})
 	t.Run("missing output topics are created like the source", func(t *testing.T) {
-		k := newCluster(t)
+		// Two brokers: the broker's default replication factor is then 2,
+		// so the factor 1 the config asks for shows.
+		k := newCluster(t, kfake.NumBrokers(2))
 		k.topic("in", 4)
-		p := newPipeline(t, k, passThrough, nil)
+		p := newPipeline(t, k, passThrough+"topics: {replication_factor: 1, configs: {retention.ms: \"12345\"}}\n", nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- p.Run(ctx) }()
@@ -525,6 +527,45 @@ func TestStartupChecks(t *testing.T) {
 		}
 		if got := len(k.c.PartitionInfos("out")); got != 4 {
 			t.Fatalf("out has %d partitions, want 4", got)
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		details, err := k.adm.ListTopics(ctx, "out", "dlq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, topic := range []string{"out", "dlq"} {
+			d := details[topic]
+			if d.Err != nil || len(d.Partitions) == 0 {
+				t.Fatalf("%s: %v, %d partitions", topic, d.Err, len(d.Partitions))
+			}
+			for _, pd := range d.Partitions.Sorted() {
+				if len(pd.Replicas) != 1 {
+					t.Errorf("%s/%d has %d replicas, want 1 (topics.replication_factor)", topic, pd.Partition, len(pd.Replicas))
+				}
+			}
+		}
+		rcs, err := k.adm.DescribeTopicConfigs(ctx, "out", "dlq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, topic := range []string{"out", "dlq"} {
+			rc, err := rcs.On(topic, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", topic, err)
+			}
+			var found bool
+			for _, c := range rc.Configs {
+				if c.Key == "retention.ms" {
+					found = true
+					if c.MaybeValue() != "12345" || c.Source != kmsg.ConfigSourceDynamicTopicConfig {
+						t.Errorf("%s: retention.ms is %q from %v, want 12345 set on the topic", topic, c.MaybeValue(), c.Source)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s: no retention.ms in its configs", topic)
+			}
 		}
 	})
 }

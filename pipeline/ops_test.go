@@ -317,3 +317,133 @@ func TestCustomOperatorsUseTheSameAPI(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+// recH is rec with headers, given as name, value pairs.
+func recH(topic string, off int64, key, value string, headers ...string) *kgo.Record {
+	r := rec(topic, 0, off, key, value)
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: headers[i], Value: []byte(headers[i+1])})
+	}
+	return r
+}
+
+// showExact renders produced records as "topic key value" lines with the
+// key and value quoted, then every header in order, the error included.
+func showExact(rs []*kgo.Record) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		s := fmt.Sprintf("%s %q %q", r.Topic, r.Key, r.Value)
+		for _, h := range r.Headers {
+			s += fmt.Sprintf(" %s=%s", h.Key, h.Value)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func TestFormatsAndHeaders(t *testing.T) {
+	const in = "sources: {in: {topics: [in]}}\n"
+	const dlq = "dead_letter: {topic: dlq}\n"
+	const pos = " pipeline.source.topic=in pipeline.source.partition=0 pipeline.source.offset=0"
+	tests := []struct {
+		name string
+		body string
+		in   []*kgo.Record
+		want []string
+	}{{
+		name: "a bytes source hands raw bytes to expressions and a bytes sink writes them unchanged",
+		body: "sources: {in: {topics: [in], format: bytes}}\nsteps: [{filter: \"len(value) == 3\"}, {map: value}]\nsinks: {out: {topic: out, format: bytes}}\n",
+		in:   []*kgo.Record{rec("in", 0, 0, "k", "\xff\x00{"), rec("in", 0, 1, "k", "ab")},
+		want: []string{`out "k" "\xff\x00{"`},
+	}, {
+		name: "a string source reads text that is not JSON and a JSON sink quotes it",
+		body: "sources: {in: {topics: [in], format: string}}\nsteps: [{map: \"value + '!'\"}]\nsinks: {out: {topic: out}}\n",
+		in:   []*kgo.Record{rec("in", 0, 0, "k", "hi")},
+		want: []string{`out "k" "\"hi!\""`},
+	}, {
+		name: "a string sink writes a string result as it is",
+		body: in + "steps: [{map: value.name}]\nsinks: {out: {topic: out, format: string}}\n",
+		in:   []*kgo.Record{rec("in", 0, 0, "k", `{"name":"ann"}`)},
+		want: []string{`out "k" "ann"`},
+	}, {
+		name: "key_format json decodes the key for expressions and an unchanged key is written as read",
+		body: "sources: {in: {topics: [in], key_format: json}}\nsteps: [{filter: \"key.id == 'a'\"}]\nsinks: {out: {topic: out}}\n",
+		in:   []*kgo.Record{rec("in", 0, 0, `{"id": "a"}`, `1`), rec("in", 0, 1, `{"id":"b"}`, `2`)},
+		want: []string{`out "{\"id\": \"a\"}" "1"`},
+	}, {
+		name: "a key read as json and re-keyed from a field is written as a string",
+		body: "sources: {in: {topics: [in], key_format: json}}\nsteps: [{map: {key: key.id}}]\nsinks: {out: {topic: out}}\n",
+		in:   []*kgo.Record{rec("in", 0, 0, `{"id":"a"}`, `1`)},
+		want: []string{`out "a" "1"`},
+	}, {
+		name: "a record without a key has the key '' as a string",
+		body: in + "steps: [{filter: \"key == ''\"}]\nsinks: {out: {topic: out}}\n",
+		in:   []*kgo.Record{rec("in", 0, 0, "", `1`), rec("in", 0, 1, "k", `2`)},
+		want: []string{`out "" "1"`},
+	}, {
+		name: "a record without a key has the key nil as JSON",
+		body: "sources: {in: {topics: [in], key_format: json}}\nsteps: [{filter: \"key == nil\"}]\nsinks: {out: {topic: out}}\n",
+		in:   []*kgo.Record{rec("in", 0, 0, "", `1`), rec("in", 0, 1, `"k"`, `2`)},
+		want: []string{`out "" "1"`},
+	}, {
+		name: "a sink with key_format json encodes a new key as JSON",
+		body: in + "steps: [{map: {key: \"{id: value.id}\"}}]\nsinks: {out: {topic: out, key_format: json}}\n",
+		in:   []*kgo.Record{rec("in", 0, 0, "k", `{"id":"x"}`)},
+		want: []string{`out "{\"id\":\"x\"}" "{\"id\":\"x\"}"`},
+	}, {
+		name: "a filter reads headers, the last of a repeated one counting",
+		body: in + "steps: [{filter: \"headers.h == 'x'\"}]\nsinks: {out: {topic: out}}\n",
+		in: []*kgo.Record{recH("in", 0, "a", "1", "h", "x"), recH("in", 1, "b", "2", "h", "y"), recH("in", 2, "c", "3"),
+			recH("in", 3, "d", "4", "h", "y", "h", "x"), recH("in", 4, "e", "5", "h", "x", "h", "y"), recH("in", 5, "f", "6", "g", "x")},
+		want: []string{`out "a" "1" h=x`, `out "d" "4" h=y h=x`},
+	}, {
+		name: "a missing header reads as an empty string",
+		body: in + "steps: [{filter: \"headers.h == ''\"}]\nsinks: {out: {topic: out}}\n",
+		in:   []*kgo.Record{recH("in", 0, "a", "1"), recH("in", 1, "b", "2", "h", "x"), recH("in", 2, "c", "3", "g", "x")},
+		want: []string{`out "a" "1"`, `out "c" "3" g=x`},
+	}, {
+		name: "a sink writes its key and header expressions after the record's own headers",
+		body: in + "sinks: {out: {topic: out, key: value.id, headers: {trace: headers.h, n: value.n}}}\n",
+		in:   []*kgo.Record{recH("in", 0, "old", `{"id":"a","n":3}`, "h", "x")},
+		want: []string{`out "a" "{\"id\":\"a\",\"n\":3}" h=x n=3 trace=x`},
+	}, {
+		name: "a sink header named like a record header is added, not replaced",
+		body: in + "sinks: {out: {topic: out, headers: {h: \"'new'\"}}}\n",
+		in:   []*kgo.Record{recH("in", 0, "k", `1`, "h", "old")},
+		want: []string{`out "k" "1" h=old h=new`},
+	}, {
+		name: "a string sink writes a map with Go's %v, as documented",
+		body: in + "steps: [{map: \"{a: value.n}\"}]\nsinks: {out: {topic: out, format: string}}\n",
+		in:   []*kgo.Record{rec("in", 0, 0, "k", `{"n":1}`)},
+		want: []string{`out "k" "map[a:1]"`},
+	}, {
+		name: "a bytes sink given a map sends the input to the dead-letter topic",
+		body: in + "steps: [{map: \"{a: value.n}\"}]\nsinks: {out: {topic: out, format: bytes}}\n" + dlq,
+		in:   []*kgo.Record{recH("in", 0, "k", `{"n":1}`, "h", "x")},
+		want: []string{`dlq "k" "{\"n\":1}" h=x pipeline.error=value: cannot write map[string]interface {} as bytes pipeline.step=out` + pos},
+	}, {
+		name: "a bytes sink whose value expression yields a number sends the input to the dead-letter topic",
+		body: in + "sinks: {out: {topic: out, value: value.n, format: bytes}}\n" + dlq,
+		in:   []*kgo.Record{rec("in", 0, 0, "k", `{"n":1}`)},
+		want: []string{`dlq "k" "{\"n\":1}" pipeline.error=value: cannot write int as bytes pipeline.step=out` + pos},
+	}, {
+		name: "a bytes key_format sink given a map key sends the input to the dead-letter topic",
+		body: in + "sinks: {out: {topic: out, key: value, key_format: bytes}}\n" + dlq,
+		in:   []*kgo.Record{rec("in", 0, 0, "k", `{"n":1}`)},
+		want: []string{`dlq "k" "{\"n\":1}" pipeline.error=key: cannot write map[string]interface {} as bytes pipeline.step=out` + pos},
+	}, {
+		name: "a key that is not JSON under key_format json sends the input to the dead-letter topic",
+		body: "sources: {in: {topics: [in], key_format: json}}\nsteps: [{filter: \"key.id == 'a'\"}]\nsinks: {out: {topic: out}}\n" + dlq,
+		in:   []*kgo.Record{rec("in", 0, 0, "a", `1`)},
+		want: []string{`dlq "a" "1" pipeline.error=key: decoding: invalid JSON at byte 0: unexpected character 'a' pipeline.step=filter1` + pos},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newOffline(t, tc.body, nil)
+			got := showExact(o.feed(tc.in...))
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Fatalf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+		})
+	}
+}
