@@ -25,12 +25,14 @@ type node struct {
 	kind nodeKind
 	op   string // operator kind for steps
 
-	def      Definition      // steps
-	parallel *parallelDef    // steps of kind parallel
-	repart   *repartitionDef // the writing half of a key_by step
-	sink     *sinkDef        // sinks
-	source   *config.Source
-	internal bool // a source reading a key_by step's repartition topic
+	def        Definition      // steps
+	broken     bool            // steps: building it reported errors, so its outputs are unknown
+	readBroken bool            // steps: broken, and a from names one of its outputs
+	parallel   *parallelDef    // steps of kind parallel
+	repart     *repartitionDef // the writing half of a key_by step
+	sink       *sinkDef        // sinks
+	source     *config.Source
+	internal   bool // a source reading a key_by step's repartition topic
 
 	keyFormat, valueFormat Format // sources
 
@@ -128,6 +130,12 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 		if out == "default" {
 			out = ""
 		}
+		if out != "" && n.broken {
+			// The step itself failed to build, and said so: its outputs
+			// are unknown, not missing, and it is read.
+			n.readBroken = true
+			return streamRef{}, false
+		}
 		if out != "" && !n.hasOutput(out) {
 			if len(n.namedOutputs()) == 0 {
 				errf(path, "%s has no named outputs; read it as %q", base, base)
@@ -188,6 +196,7 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 			prev = r
 			continue
 		}
+		opErrs := len(errs)
 		if st.Kind == "parallel" {
 			n.parallel = buildParallel(spec, reg)
 			if n.parallel != nil {
@@ -212,6 +221,7 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 		} else {
 			errf(opPath, "unknown operator %q (known: %s)", st.Kind, strings.Join(reg.Kinds(), ", "))
 		}
+		n.broken = len(errs) > opErrs
 		for _, in := range n.inputs {
 			if in.node.afterParallel || in.node.parallel != nil {
 				n.afterParallel = true
@@ -270,14 +280,14 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 			continue
 		}
 		if by := rekeyedBy(n); by != nil {
-			errf(n.path, "its records were re-keyed by step %q (%s); keyed state needs the key the source partitioned them by (re-keying through a repartition topic is not available yet)", by.name, by.path)
+			errf(n.path, "its records were re-keyed by step %q (%s); keyed state needs records partitioned by their key: re-key with a key_by step, which moves each record to the task owning its new key", by.name, by.path)
 		}
 	}
 
 	// A step whose output nobody reads is almost always a mistake in the
 	// YAML (a misspelt from); say so rather than drop records silently.
 	for _, n := range g.nodes {
-		if n.kind != stepNode || n.def == nil || n.repart != nil {
+		if n.kind != stepNode || n.def == nil || n.repart != nil || n.readBroken {
 			continue
 		}
 		if len(n.outputs) == 0 {
