@@ -33,6 +33,7 @@ type Pipeline struct {
 	obs   func(Checkpoint)
 	hook  func(Checkpoint) error
 	fault func(FaultPoint, Checkpoint)
+	clock state.Clock // state TTLs; nil: the system clock (WithClock)
 
 	stats counters
 }
@@ -150,9 +151,11 @@ func (p *Pipeline) Stats() Stats {
 }
 
 // Run runs the pipeline until ctx is done, then commits (or aborts) the
-// open checkpoint and returns nil. It returns an error for anything that
-// stops it earlier: a record failing with no dead-letter topic, a fence by a
-// live twin, a setup problem.
+// open checkpoint and returns nil. It has checkpoint.timeout from the end of
+// ctx to do so: past that grace period the checkpoint is not committed,
+// nothing waits for the broker any more, and Run returns nil all the same.
+// It returns an error for anything that stops it earlier: a record failing
+// with no dead-letter topic, a fence by a live twin, a setup problem.
 func (p *Pipeline) Run(ctx context.Context) error {
 	cfg := p.cfg
 	base, err := ClientOpts(cfg, p.seeds, p.log)
@@ -208,9 +211,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	defer rt.backend.Close()
 	// Produces must not fail because shutdown began: the last checkpoint
-	// still commits what it read.
-	prodCtx := context.WithoutCancel(ctx)
-	rt.produce = func(r *kgo.Record) { rt.sink.Produce(prodCtx, r) }
+	// still commits what it read. They fail once the grace period is over.
+	gr := startGrace(ctx, cfg.Checkpoint.Timeout, p.log)
+	defer gr.close()
+	rt.hard = gr.hard
+	rt.produce = func(r *kgo.Record) { rt.sink.Produce(gr.hard, r) }
 	opts := append(transactOpts(cfg, base, p.g.SourceTopics(), rt.revoked),
 		kgo.RecordPartitioner(manualPartitioner{manual: manual, byKey: kgo.StickyKeyPartitioner(nil)}))
 	opts = append(opts, p.extra...)
@@ -233,6 +238,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		"transactional_id", cfg.Transactions.ID(cfg.InstanceID), "checkpoint_interval", cfg.Checkpoint.Interval,
 		"transaction_timeout", cfg.Transactions.Timeout, "graph", p.g.Summary())
 	err = rt.loop(ctx)
+	gr.begin() // the loop may have stopped by itself: that shutdown is bounded too
 	rt.shutdown()
 	st := p.Stats()
 	p.log.Info("pipeline stopped", "records_in", st.RecordsIn, "records_out", st.RecordsOut, "dead_letters", st.DeadLetters,
@@ -264,6 +270,10 @@ type runtime struct {
 	// Fetch requests would queue behind the consumer's long poll on the
 	// same connection, and every restore would wait out a poll.
 	restoreCl *kgo.Client
+
+	// hard is cancelled when the shutdown grace period is over (see
+	// grace): produces, flushes and commits stop waiting for the broker.
+	hard context.Context
 
 	// mu guards tasks and parts, and every send to a task's queue, so a
 	// revoked task is never sent work after it stopped.
@@ -446,7 +456,7 @@ func refusedByBroker(err error) bool {
 
 func (rt *runtime) rebuild(ctx context.Context) error {
 	rt.p.stats.rebuilds.Add(1)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.Checkpoint.Timeout)
+	cctx, cancel := context.WithTimeout(rt.hard, rt.cfg.Checkpoint.Timeout)
 	defer cancel()
 	return rt.sink.Rebuild(cctx)
 }
@@ -485,12 +495,16 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	// stages drain and holding operators flush, in graph order.
 	commitStart := time.Now()
 	rt.barrier()
+	if cp.Err == nil && rt.hard.Err() != nil {
+		// What the barrier waited for failed rather than finished.
+		cp.Err = fmt.Errorf("checkpoint %d: %w (checkpoint.timeout, %s)", cp.ID, errGraceOver, rt.cfg.Checkpoint.Timeout)
+	}
 	cp.Produced = rt.outputs.Load()
 	if cp.Err == nil && !rt.failed() {
 		rt.logChanges()
 	}
 	_, cp.Bytes = rt.sink.Produced()
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.Checkpoint.Timeout)
+	cctx, cancel := context.WithTimeout(rt.hard, rt.cfg.Checkpoint.Timeout)
 	defer cancel()
 	if cp.Err == nil && !rt.failed() && rt.cfg.Audit.Enabled && (cp.Records > 0 || cp.Produced > 0) {
 		// The progress record needs the per-partition counts, known only
@@ -508,7 +522,12 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		}
 	}
 	if cp.Err != nil || rt.failed() {
-		if err := rt.sink.Abort(cctx); err != nil {
+		if ctx.Err() != nil || rt.failed() || cp.rebuild {
+			// The client is closed next, by shutdown or by the rebuild,
+			// which aborts the transaction. Abort would wait for an answer
+			// to every record in flight, which a stalled broker never
+			// gives; closing the client fails them instead.
+		} else if err := rt.sink.Abort(cctx); err != nil {
 			cp.rebuild = true
 			if cp.Err == nil {
 				cp.Err = err
@@ -705,8 +724,58 @@ func (rt *runtime) shutdown() {
 		}
 	}
 	if rt.sink != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.Checkpoint.Timeout)
+		// Past the grace period the abort is not even tried: the client
+		// closes at once and the broker aborts the transaction when this
+		// transactional id next starts, or after transactions.timeout.
+		ctx, cancel := context.WithTimeout(rt.hard, rt.cfg.Checkpoint.Timeout)
 		defer cancel()
 		rt.sink.Close(ctx)
 	}
+}
+
+// errGraceOver fails the checkpoint that was still open when the shutdown
+// grace period ended.
+var errGraceOver = errors.New("the shutdown grace period ended before the checkpoint was done")
+
+// grace bounds shutdown. Once it begins (Run's context is done, or the loop
+// stopped by itself) the open checkpoint has checkpoint.timeout to commit
+// or abort. Then hard is cancelled: produces waiting for room in a full
+// buffer fail at once, and so does every wait of the checkpoint on the
+// broker, so a broker that stopped answering cannot hold the process. The
+// checkpoint is not committed; its records are read again by the next run.
+type grace struct {
+	hard  context.Context
+	begin context.CancelFunc
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+func startGrace(ctx context.Context, d time.Duration, log *slog.Logger) *grace {
+	stopping, begin := context.WithCancel(ctx)
+	hard, stop := context.WithCancel(context.WithoutCancel(ctx))
+	g := &grace{hard: hard, begin: begin, stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		select {
+		case <-stopping.Done():
+		case <-hard.Done():
+			return
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			log.Warn("shutdown grace period over: the open checkpoint stops waiting for the broker and aborts", "checkpoint_timeout", d)
+			stop()
+		case <-hard.Done():
+		}
+	}()
+	return g
+}
+
+// close ends the grace period's goroutine, once nothing uses hard.
+func (g *grace) close() {
+	g.begin()
+	g.stop()
+	<-g.done
 }

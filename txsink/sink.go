@@ -219,10 +219,13 @@ func (s *Sink) Commit(ctx context.Context) (bool, error) {
 // consumption to the committed offsets.
 func (s *Sink) Abort(ctx context.Context) error {
 	_, err := s.sess.Load().End(ctx, kgo.TryAbort)
-	s.pending.Wait()
 	if err != nil {
+		// Records may still be in flight to a broker that stopped
+		// answering: waiting for them could hang. The caller rebuilds,
+		// and closing the client fails them.
 		return &UnknownOutcomeError{Err: err}
 	}
+	s.pending.Wait()
 	return nil
 }
 
