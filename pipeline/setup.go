@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		return fmt.Errorf("listing source topics: %w", err)
 	}
 	var srcMax int32
+	parts := map[string]int32{} // partitions by topic read: sources, then repartition topics
 	var errs []error
 	for _, n := range g.nodes {
 		if n.kind != sourceNode || n.internal {
@@ -48,9 +50,9 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 				errs = append(errs, fmt.Errorf("%s.topics[%d]: topic %q: %w", n.path, i, t, d.Err))
 				continue
 			}
-			if p := int32(len(d.Partitions)); p > srcMax {
-				srcMax = p
-			}
+			p := int32(len(d.Partitions))
+			parts[t] = p
+			srcMax = max(srcMax, p)
 		}
 	}
 	if len(errs) > 0 {
@@ -98,18 +100,18 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		if p == 0 {
 			p = max(srcMax, 1)
 		}
+		parts[n.repart.topic] = p
 		if err := ensureTopic(ctx, adm, cfg, n.repart.topic, p, true, n.path, log); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	// Changelogs: one partition per task, compacted (only each key's last
-	// value matters to a restore).
+	// Changelogs: one partition per task of their step, compacted (only
+	// each key's last value matters to a restore).
 	for _, n := range g.nodes {
 		if n.stateful() == nil {
 			continue
 		}
-		topic := ChangelogTopic(cfg.Name, n.name)
-		if err := ensureTopicWith(ctx, adm, cfg, topic, max(srcMax, 1), true, n.path, map[string]string{"cleanup.policy": "compact"}, log); err != nil {
+		if err := ensureChangelog(ctx, adm, cfg, n, parts, log); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -124,6 +126,62 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 	}
 	reportHanging(ctx, adm, cfg, g, log)
 	return nil
+}
+
+// stepTasks returns how many tasks run step n, one per partition number of
+// the topics its records come from (sources, or the repartition topic of a
+// key_by step before it), and those topics. A task is a partition number,
+// so a step behind a key_by with more partitions than the sources runs in
+// more tasks than the sources have partitions.
+func stepTasks(n *node, parts map[string]int32) (int32, []string) {
+	var tasks int32
+	var topics []string
+	seen := map[*node]bool{}
+	var walk func(*node)
+	walk = func(n *node) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		if n.kind == sourceNode {
+			for _, t := range n.source.Topics {
+				tasks = max(tasks, parts[t])
+				topics = append(topics, t)
+			}
+			return
+		}
+		for _, in := range n.inputs {
+			walk(in.node)
+		}
+	}
+	for _, in := range n.inputs {
+		walk(in.node)
+	}
+	sort.Strings(topics)
+	return max(tasks, 1), topics
+}
+
+// ensureChangelog creates the changelog of stateful step n, compacted, with
+// one partition per task of the step, or checks the one there has that
+// many: a task's state lives in the partition of its number, and a task
+// without one could neither write its state nor read it back.
+func ensureChangelog(ctx context.Context, adm *kadm.Client, cfg *config.Config, n *node, parts map[string]int32, log *slog.Logger) error {
+	topic := ChangelogTopic(cfg.Name, n.name)
+	tasks, from := stepTasks(n, parts)
+	details, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("describing topic %q: %w", topic, err)
+	}
+	if d, ok := details[topic]; ok && d.Err == nil {
+		if have := int32(len(d.Partitions)); have != tasks {
+			return fmt.Errorf("%s: the changelog topic %q of step %s has %d partitions, but the step runs %d tasks, one per partition of %s: "+
+				"its state would be written and read back by the wrong tasks. The state was written for another number of partitions "+
+				"(the input's changed, or an older version sized the changelog by the sources): stop every instance and run `pipeline state reset -c FILE --step %s` to start the step from empty state",
+				n.path, topic, n.name, have, tasks, strings.Join(from, ", "), n.name)
+		}
+		return nil
+	}
+	return ensureTopicWith(ctx, adm, cfg, topic, tasks, true, n.path, map[string]string{"cleanup.policy": "compact"}, log)
 }
 
 func checkTxnTimeout(ctx context.Context, adm *kadm.Client, cfg *config.Config) error {

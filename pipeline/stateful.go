@@ -2,11 +2,18 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline/state"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -16,15 +23,20 @@ import (
 // every checkpoint's transaction, commits or aborts them with it, and
 // restores the store from the changelog before the task processes anything.
 //
-// State is per task, and a task is a source partition: an operator must only
+// State is per task, and a task is a partition number: an operator must only
 // keep state for keys whose records all reach the same task, that is for
-// the keys the input is partitioned by.
+// the keys the input is partitioned by (the source's, or a key_by step's).
 type StatefulDefinition interface {
 	Definition
-	// Fingerprint identifies what the state means. State written under
-	// another fingerprint is refused at start-up rather than misread.
+	// Fingerprint identifies what the state means. The runtime adds where
+	// the records' key comes from, and state written under another
+	// fingerprint is refused at start-up rather than misread.
 	Fingerprint() string
-	// NewStatefulOperator returns the operator of one task, over its store.
+	// NewStatefulOperator returns the operator of one task, over its
+	// store. It registers every state the operator uses (state.NewValue
+	// and the like) and does not read them yet: the runtime restores the
+	// store from its changelog after it returns, checking each record
+	// against the state it belongs to.
 	NewStatefulOperator(task TaskID, st *state.Store) (Operator, error)
 }
 
@@ -41,20 +53,182 @@ func (n *node) stateful() StatefulDefinition {
 	return sd
 }
 
-// openStores opens and restores the stores of a new task.
+// keySource describes where the records reaching n get their key: the
+// nearest key_by steps upstream (their key expression and partitions) or
+// sources (their topics and key format). State kept under one key means
+// nothing under another, so the key's source is part of the fingerprint of
+// the state (stateFingerprint).
+func (g *Graph) keySource(n *node) string {
+	var out []string
+	seen := map[*node]bool{}
+	var walk func(*node)
+	walk = func(n *node) {
+		for _, in := range n.inputs {
+			up := in.node
+			if seen[up] {
+				continue
+			}
+			seen[up] = true
+			switch {
+			case up.kind == sourceNode && up.internal:
+				if w := g.byName[up.name+".repartition"]; w != nil && w.repart != nil {
+					by := "key_by " + w.repart.key.String()
+					if w.repart.partitions > 0 {
+						by += fmt.Sprintf(" (partitions %d)", w.repart.partitions)
+					}
+					out = append(out, by)
+				}
+			case up.kind == sourceNode:
+				out = append(out, fmt.Sprintf("the record key of topics %s (key_format %s)", strings.Join(up.source.Topics, ","), up.keyFormat))
+			default:
+				walk(up)
+			}
+		}
+	}
+	walk(n)
+	slices.Sort(out)
+	return strings.Join(slices.Compact(out), "; ")
+}
+
+// stateFingerprint is the fingerprint stored with the state of step n: the
+// operator's own, which covers what its state holds, and where its key
+// comes from, which the operator cannot see.
+func (g *Graph) stateFingerprint(n *node) string {
+	sum := sha256.Sum256([]byte(g.keySource(n)))
+	return n.stateful().Fingerprint() + "|key:" + hex.EncodeToString(sum[:8])
+}
+
+// openStores opens the stores of a new task, one per stateful step that
+// runs in it, each checked against its changelog partition. The task's
+// operators then register their states in them, and restoreStores brings
+// them up to date with their changelogs. A step whose changelog has no
+// partition for the task (its input has fewer partitions than the task's
+// number) gets no store: none of its records are in this task.
 func (rt *runtime) openStores(t *task) error {
 	for _, n := range rt.g.nodes {
-		sd := n.stateful()
-		if sd == nil {
+		if n.stateful() == nil {
 			continue
 		}
-		st, err := state.Open(rt.backend, rt.cfg.Name+"/"+n.name, int32(t.id), sd.Fingerprint(), nil)
+		st, err := rt.openStore(n, t.id)
 		if err != nil {
-			return fmt.Errorf("step %s (%s), task %d: %w", n.name, n.path, t.id, err)
+			return err
 		}
 		t.stores[n.idx] = st
-		if err := rt.restore(n, t.id, st); err != nil {
-			return err
+	}
+	return nil
+}
+
+// openStore opens the store of step n in task id, or returns nil if the
+// step has no such task. A local store that does not match its changelog
+// partition (applied past its end, or behind its start: the topic was
+// deleted and created again, or truncated) is discarded: a tail restore
+// would keep state the changelog no longer has and skip the records the
+// changelog has now.
+func (rt *runtime) openStore(n *node, id TaskID) (*state.Store, error) {
+	topic := rt.changelogs[n.idx]
+	ctx, cancel := context.WithTimeout(rt.restoreCtx, 2*time.Minute)
+	defer cancel()
+	start, end, ok, err := changelogBounds(ctx, rt.restoreCl, topic, int32(id))
+	if err != nil {
+		return nil, fmt.Errorf("step %s (%s), task %d: listing the offsets of its changelog %s: %w", n.name, n.path, id, topic, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	name := rt.cfg.Name + "/" + n.name
+	fp := rt.g.stateFingerprint(n)
+	st, err := state.Open(rt.backend, name, int32(id), fp, rt.clock())
+	applied := int64(-1)
+	var ie *state.IncompatibleError
+	switch {
+	case errors.As(err, &ie) && ie.Offset < 0:
+		// State of another definition, but it may be of a changelog
+		// that is gone, and then it does not count.
+		applied = ie.Applied
+	case err != nil:
+		return nil, rt.stateErr(n, id, err)
+	default:
+		applied = st.AppliedOffset()
+	}
+	if applied < 0 || (applied+1 >= start && applied+1 <= end) {
+		if err != nil {
+			return nil, rt.stateErr(n, id, err)
+		}
+		return st, nil
+	}
+	rt.log.Warn("local state does not match its changelog (the topic was deleted and created again, or truncated); discarding it and restoring from the changelog",
+		"step", n.name, "task", id, "changelog", topic, "applied_offset", applied, "changelog_start", start, "changelog_end", end)
+	if st != nil {
+		_ = st.Close()
+	}
+	if err := state.Reset(rt.backend, name, int32(id)); err != nil {
+		return nil, fmt.Errorf("step %s (%s), task %d: discarding stale local state: %w", n.name, n.path, id, err)
+	}
+	if st, err = state.Open(rt.backend, name, int32(id), fp, rt.clock()); err != nil {
+		return nil, rt.stateErr(n, id, err)
+	}
+	return st, nil
+}
+
+// stateErr explains an error opening or restoring the state of step n.
+func (rt *runtime) stateErr(n *node, id TaskID, err error) error {
+	if errors.Is(err, state.ErrIncompatible) {
+		return fmt.Errorf("step %s (%s), task %d: the step's definition changed since its state was written, and the old state would be misread "+
+			"(its state is now keyed by %s): %w. To start the step from empty state, stop every instance and run `pipeline state reset -c FILE --step %s`",
+			n.name, n.path, id, rt.g.keySource(n), err, n.name)
+	}
+	return fmt.Errorf("step %s (%s), task %d: %w", n.name, n.path, id, err)
+}
+
+// changelogBounds lists the start offset and the end (high watermark) of
+// partition p of a changelog; ok is false if the topic has no such
+// partition. Listing is retried while the topic is not known yet: a
+// changelog created a moment ago may not be.
+//
+// The end is the high watermark, not the last stable offset: an open
+// transaction of another producer (a previous owner of the task, not yet
+// aborted) holds the last stable offset back while committed records of
+// the current owner may follow it, and a store that applied those is not
+// stale.
+func changelogBounds(ctx context.Context, cl *kgo.Client, topic string, p int32) (start, end int64, ok bool, err error) {
+	adm := kadm.NewClient(cl) // not closed: that would close cl
+	for {
+		var starts, ends kadm.ListedOffsets
+		starts, err = adm.ListStartOffsets(ctx, topic)
+		if err == nil {
+			err = starts.Error()
+		}
+		if err == nil {
+			ends, err = adm.ListEndOffsets(ctx, topic)
+		}
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil {
+			s, sok := starts.Lookup(topic, p)
+			e, eok := ends.Lookup(topic, p)
+			return s.Offset, e.Offset, sok && eok, nil
+		}
+		if !kerr.IsRetriable(err) {
+			return 0, 0, false, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, false, errors.Join(err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// restoreStores brings the stores of a new task up to date with their
+// changelogs, once its operators registered their states (so that each
+// record is checked against its state's codec).
+func (rt *runtime) restoreStores(t *task) error {
+	for _, n := range rt.g.nodes {
+		if st := t.stores[n.idx]; st != nil {
+			if err := rt.restore(n, t.id, st); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -86,6 +260,9 @@ func (rt *runtime) restore(n *node, id TaskID, st *state.Store) error {
 		return nil
 	})
 	if err != nil {
+		if errors.Is(err, state.ErrIncompatible) {
+			return fmt.Errorf("restoring from %s: %w", topic, rt.stateErr(n, id, err))
+		}
 		return fmt.Errorf("restoring step %s (%s), task %d from %s: %w", n.name, n.path, id, topic, err)
 	}
 	if count == 0 {
@@ -95,6 +272,18 @@ func (rt *runtime) restore(n *node, id TaskID, st *state.Store) error {
 	rt.log.Info("state restored", "step", n.name, "task", id, "changelog", topic, "from_offset", from,
 		"records", count, "records_per_s", int(float64(count)/max(elapsed.Seconds(), 1e-6)), "duration", elapsed.Round(time.Millisecond))
 	return nil
+}
+
+// absentStateOp stands for a stateful step in a task the step does not
+// run in: its input has no partition of that number, so no record of the
+// task can reach it.
+type absentStateOp struct {
+	step string
+	task TaskID
+}
+
+func (o absentStateOp) Process(*Context, *Record) error {
+	return fmt.Errorf("step %s got a record in task %d, which its changelog has no partition for", o.step, o.task)
 }
 
 // expirePerCheckpoint bounds the expired entries one store removes per
@@ -107,7 +296,7 @@ const expirePerCheckpoint = 10000
 func (rt *runtime) logChanges() {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	now := time.Now()
+	now := rt.clock().Now()
 	for _, t := range rt.tasks {
 		for idx, st := range t.stores {
 			if st == nil {
@@ -174,6 +363,16 @@ func (rt *runtime) settleStores(committed bool) {
 		}
 	}
 	rt.mu.Unlock()
+	if committed {
+		// One sync for all the stores' commits: without it a killed
+		// process could lose local commits of several checkpoints, and
+		// replay them from the changelog at its next start.
+		if ps, ok := rt.backend.(interface{ Persist() error }); ok {
+			if err := ps.Persist(); err != nil {
+				rt.log.Warn("state store commits could not be synced; a crash may replay them from the changelog", "err", err)
+			}
+		}
+	}
 	rt.p.stats.stateKeys.Store(keys)
 	rt.p.stats.stateBytes.Store(bytes)
 	rt.p.stats.stateDisk.Store(disk)

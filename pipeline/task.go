@@ -84,6 +84,8 @@ func newTask(rt *runtime, id TaskID) (*task, error) {
 			op = parallelOp{st: rt.stages[n.idx]}
 		case n.repart != nil:
 			op = &repartitionOp{def: n.repart, prod: rt.produce}
+		case n.stateful() != nil && t.stores[n.idx] == nil:
+			op = absentStateOp{step: n.name, task: id}
 		case n.stateful() != nil:
 			var err error
 			if op, err = n.stateful().NewStatefulOperator(id, t.stores[n.idx]); err != nil {
@@ -99,6 +101,12 @@ func newTask(rt *runtime, id TaskID) (*task, error) {
 		}
 		t.ops[n.idx] = op
 		t.ctxs[n.idx] = &Context{Eval: &Evaluator{}, task: t, node: n}
+	}
+	// After the operators registered their states, so that the restore
+	// checks every record with its state's codec.
+	if err := rt.restoreStores(t); err != nil {
+		t.closeOps()
+		return nil, err
 	}
 	go t.run()
 	return t, nil

@@ -17,11 +17,12 @@ func NewReducing[T any](s *Store, name string, fn ReduceFunc[T], ttl TTLConfig, 
 	if fn == nil {
 		return nil, s.errorf("reducing state %q: nil function", name)
 	}
-	st, err := s.register(name, "reducing", ttl)
+	c := codecOf(opts)
+	st, err := s.register(name, "reducing", ttl, decodes(c))
 	if err != nil {
 		return nil, err
 	}
-	return &Reducing[T]{s: s, st: st, codec: codecOf(opts), fn: fn}, nil
+	return &Reducing[T]{s: s, st: st, codec: c, fn: fn}, nil
 }
 
 // Get returns key's reduction and whether it has one.
@@ -83,11 +84,12 @@ func NewAggregating[In, Acc, Out any](s *Store, name string, agg Aggregator[In, 
 	if agg == nil {
 		return nil, s.errorf("aggregating state %q: nil aggregator", name)
 	}
-	st, err := s.register(name, "aggregating", ttl)
+	c := codecOf(opts)
+	st, err := s.register(name, "aggregating", ttl, decodes(c))
 	if err != nil {
 		return nil, err
 	}
-	return &Aggregating[In, Acc, Out]{s: s, st: st, codec: codecOf(opts), agg: agg}, nil
+	return &Aggregating[In, Acc, Out]{s: s, st: st, codec: c, agg: agg}, nil
 }
 
 // Get returns the result of key's accumulator and whether it has one.

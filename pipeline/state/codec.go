@@ -43,6 +43,14 @@ type options[T any] struct {
 // WithCodec encodes the state's values with c instead of JSON.
 func WithCodec[T any](c Codec[T]) Option[T] { return func(o *options[T]) { o.codec = c } }
 
+// decodes returns a payload check for Restore: the payload decodes with c.
+func decodes[T any](c Codec[T]) func([]byte) error {
+	return func(p []byte) error {
+		_, err := c.Decode(p)
+		return err
+	}
+}
+
 func codecOf[T any](opts []Option[T]) Codec[T] {
 	o := options[T]{codec: JSON[T]{}}
 	for _, f := range opts {

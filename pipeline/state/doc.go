@@ -28,7 +28,9 @@
 // To start a task (or after an ambiguous commit, once aborted):
 //
 //	s, err := state.Open(backend, name, task, fingerprint, nil)
-//	// read the changelog partition with read_committed from
+//	// register the operator's states (NewValue and the like), so that
+//	// Restore checks each record against its state's codec; then read
+//	// the changelog partition with read_committed from
 //	// s.AppliedOffset()+1 to its end, and per fetched batch:
 //	s.Restore(recs, lastOffsetRead)
 //
@@ -40,7 +42,8 @@
 //
 // A tail restore is only sound while the changelog still holds every record
 // after AppliedOffset, tombstones included. If the partition's log start
-// offset is past AppliedOffset()+1, or the store was last applied longer ago
+// offset is past AppliedOffset()+1, or its end is before it (the topic was
+// deleted and created again), or the store was last applied longer ago
 // than the topic's delete.retention.ms (compaction may have dropped
 // tombstones), the runtime must Reset the store and restore it from the
 // start of the partition.

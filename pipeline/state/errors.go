@@ -28,13 +28,15 @@ var ErrClosed = errors.New("state store closed")
 // was written by an operator whose fingerprint is Have, the running one has
 // Want. Offset is the changelog offset of the fingerprint record when the
 // mismatch was found on Restore, -1 when it was found in the local backend
-// on Open.
+// on Open; Applied is then the local state's applied offset, which tells
+// the caller whether the changelog still holds that state (see Reset).
 type IncompatibleError struct {
-	Store  string
-	Task   int32
-	Have   string
-	Want   string
-	Offset int64
+	Store   string
+	Task    int32
+	Have    string
+	Want    string
+	Offset  int64
+	Applied int64
 }
 
 func (e *IncompatibleError) Error() string {

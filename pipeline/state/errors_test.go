@@ -2,13 +2,14 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 )
 
 func TestRestoreRefusesCorruptRecords(t *testing.T) {
-	good := ChangelogRecord{Key: appendGroup(nil, statePrefix("v"), []byte("k"), subNone), Value: appendHeader(nil, 0), Offset: 10}
+	good := ChangelogRecord{Key: appendGroup(nil, statePrefix("v"), []byte("k"), subNone), Value: append(appendHeader(nil, 0), '1'), Offset: 10}
 	cases := []struct {
 		name string
 		rec  ChangelogRecord
@@ -25,6 +26,13 @@ func TestRestoreRefusesCorruptRecords(t *testing.T) {
 		{"a value of an unknown format", ChangelogRecord{Key: good.Key, Value: []byte("{\"json\":1}")}},
 		{"a value too short for its expiry", ChangelogRecord{Key: good.Key, Value: []byte{valFormat | valHasExp, 0, 1}}},
 		{"a value with a negative expiry", ChangelogRecord{Key: good.Key, Value: appendHeader(nil, -5)}},
+		// Sound framing, but the state's codec cannot read the payload:
+		// refused here rather than by the first read of the key.
+		{"a payload the state's codec cannot decode", ChangelogRecord{Key: good.Key, Value: append(appendHeader(nil, 0), "garbage"...)}},
+		{"an empty payload", ChangelogRecord{Key: good.Key, Value: appendHeader(nil, 0)}},
+		{"a tombstone of a state the operator does not register", ChangelogRecord{Key: appendGroup(nil, statePrefix("w"), []byte("k"), subNone)}},
+		{"a value of a state the operator does not register", ChangelogRecord{Key: appendGroup(nil, statePrefix("w"), []byte("k"), subNone), Value: good.Value}},
+		{"a map entry of a value state", ChangelogRecord{Key: append(appendGroup(nil, statePrefix("v"), []byte("k"), subMap), "mk"...), Value: good.Value}},
 	}
 	forEachBackend(t, func(t *testing.T, bk backendKind) {
 		for _, c := range cases {
@@ -91,14 +99,18 @@ func TestFingerprints(t *testing.T) {
 			s := must[*Store](t)(Open(b, "agg", 3, "fp-old", nil))
 			var l changelog
 			checkpoint(t, s, &l)
+			ok(t, must[*Value[int]](t)(NewValue[int](s, "v", TTLConfig{})).Put([]byte("k"), 1))
+			checkpoint(t, s, &l)
 			ok(t, s.Close())
 			_, err := Open(b, "agg", 3, "fp-new", nil)
 			var ie *IncompatibleError
 			if !errors.Is(err, ErrIncompatible) || !errors.As(err, &ie) {
 				t.Fatalf("Open = %v; want an ErrIncompatible", err)
 			}
-			if ie.Have != "fp-old" || ie.Want != "fp-new" || ie.Offset != -1 {
-				t.Fatalf("IncompatibleError = %+v", ie)
+			// Applied tells the runtime whether the changelog still
+			// holds the local state.
+			if ie.Have != "fp-old" || ie.Want != "fp-new" || ie.Offset != -1 || ie.Applied != l.last() || l.last() != 1 {
+				t.Fatalf("IncompatibleError = %+v; want the local state's applied offset %d", ie, l.last())
 			}
 			for _, want := range []string{"fp-old", "fp-new", `"agg"`, "task 3"} {
 				if !strings.Contains(err.Error(), want) {
@@ -163,6 +175,75 @@ func TestFingerprints(t *testing.T) {
 			s4 := must[*Store](t)(Open(b, "agg", 4, "fp-old", nil))
 			defer s4.Close()
 			wantValue(t, must[*Value[int]](t)(NewValue[int](s4, "v", TTLConfig{})), "k", 4, true)
+		})
+	})
+}
+
+// TestRestoreChecksEveryKindsPayloads writes one key of each state kind,
+// then restores the changelog into stores that register the same kinds, with
+// each kind's record in turn replaced by one whose payload its codec cannot
+// read: the restore names that record, and with sound records it succeeds.
+func TestRestoreChecksEveryKindsPayloads(t *testing.T) {
+	var l changelog
+	register := func(s *Store) {
+		t.Helper()
+		must[*Value[int]](t)(NewValue[int](s, "value", TTLConfig{}))
+		must[*List[int]](t)(NewList[int](s, "list", TTLConfig{}, 0))
+		must[*Map[int]](t)(NewMap[int](s, "map", TTLConfig{}))
+		must[*Reducing[int]](t)(NewReducing[int](s, "reducing", func(a, b int) (int, error) { return a + b, nil }, TTLConfig{}))
+	}
+	src := must[*Store](t)(Open(NewMemory(), "agg", 3, testFP, nil))
+	defer src.Close()
+	v := must[*Value[int]](t)(NewValue[int](src, "value", TTLConfig{}))
+	li := must[*List[int]](t)(NewList[int](src, "list", TTLConfig{}, 0))
+	m := must[*Map[int]](t)(NewMap[int](src, "map", TTLConfig{}))
+	r := must[*Reducing[int]](t)(NewReducing[int](src, "reducing", func(a, b int) (int, error) { return a + b, nil }, TTLConfig{}))
+	ok(t, v.Put([]byte("k"), 1))
+	ok(t, li.Add([]byte("k"), 1))
+	ok(t, li.Add([]byte("k"), 2))
+	ok(t, m.Put([]byte("k"), "mk", 3))
+	ok(t, r.Add([]byte("k"), 4))
+	checkpoint(t, src, &l)
+
+	forEachBackend(t, func(t *testing.T, bk backendKind) {
+		t.Run("sound records restore", func(t *testing.T) {
+			s := mustOpen(t, bk.new(t), nil)
+			register(s)
+			restoreAll(t, s, &l)
+			if s.AppliedOffset() != l.last() {
+				t.Fatalf("AppliedOffset = %d; want %d", s.AppliedOffset(), l.last())
+			}
+		})
+		for i, rec := range l.recs {
+			if rec.Key[0] == recMeta {
+				continue
+			}
+			rk := must[recordKey](t)(parseKey(rec.Key))
+			for _, payload := range []string{"garbage", "\x01"} {
+				t.Run(fmt.Sprintf("a %s record with payload %q", rk.state, payload), func(t *testing.T) {
+					bad := append([]ChangelogRecord(nil), l.recs...)
+					bad[i].Value = append(appendHeader(nil, 0), payload...)
+					s := mustOpen(t, bk.new(t), nil)
+					register(s)
+					err := s.Restore(bad, int64(len(bad)-1))
+					var ce *CorruptError
+					if !errors.As(err, &ce) || ce.Offset != int64(i) {
+						t.Fatalf("Restore = %v; want a *CorruptError at offset %d", err, i)
+					}
+					if !strings.Contains(err.Error(), fmt.Sprintf("state %q", rk.state)) {
+						t.Errorf("error %q does not name state %q", err, rk.state)
+					}
+					if s.AppliedOffset() != -1 {
+						t.Fatal("a refused restore moved the applied offset")
+					}
+				})
+			}
+		}
+		t.Run("a store with no state registered checks the framing only", func(t *testing.T) {
+			bad := append([]ChangelogRecord(nil), l.recs...)
+			bad[len(bad)-1].Value = append(appendHeader(nil, 0), "garbage"...)
+			s := mustOpen(t, bk.new(t), nil)
+			ok(t, s.Restore(bad, int64(len(bad)-1)))
 		})
 	})
 }

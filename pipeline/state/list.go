@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 )
 
 // List is a state holding a list of values per key, optionally bounded:
@@ -21,11 +22,25 @@ func NewList[T any](s *Store, name string, ttl TTLConfig, maxLen int, opts ...Op
 	if maxLen < 0 {
 		return nil, s.errorf("list state %q: negative maximum length %d", name, maxLen)
 	}
-	st, err := s.register(name, "list", ttl)
+	c := codecOf(opts)
+	check := func(p []byte) error {
+		for len(p) > 0 {
+			var elem []byte
+			var err error
+			if elem, p, err = lenPrefixed(p); err != nil {
+				return fmt.Errorf("list element: %w", err)
+			}
+			if _, err := c.Decode(elem); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	st, err := s.register(name, "list", ttl, check)
 	if err != nil {
 		return nil, err
 	}
-	return &List[T]{s: s, st: st, codec: codecOf(opts), maxLen: maxLen}, nil
+	return &List[T]{s: s, st: st, codec: c, maxLen: maxLen}, nil
 }
 
 // Get returns key's list, nil if it has none.

@@ -5,6 +5,9 @@ import (
 	"strings"
 )
 
+// kindMap names the map kind: the only one whose records are map entries.
+const kindMap = "map"
+
 // Map is a state holding a map from string keys to values per key. Each map
 // entry is stored, changelogged and expired on its own, so a large map is
 // never rewritten whole.
@@ -16,11 +19,12 @@ type Map[T any] struct {
 
 // NewMap registers a map state named name in s.
 func NewMap[T any](s *Store, name string, ttl TTLConfig, opts ...Option[T]) (*Map[T], error) {
-	st, err := s.register(name, "map", ttl)
+	c := codecOf(opts)
+	st, err := s.register(name, kindMap, ttl, decodes(c))
 	if err != nil {
 		return nil, err
 	}
-	return &Map[T]{s: s, st: st, codec: codecOf(opts)}, nil
+	return &Map[T]{s: s, st: st, codec: c}, nil
 }
 
 // Get returns the value of mk in key's map and whether there is one.

@@ -64,11 +64,13 @@ func WithCacheSize(n int64) PebbleOption { return func(c *pebbleConfig) { c.cach
 // bypasses the memtable and is flushed to disk on its own, which is slower.
 func WithMemTableSize(n int64) PebbleOption { return func(c *pebbleConfig) { c.memtable = n } }
 
-// WithSync syncs every commit to disk. A process crash loses no committed
-// local state either way (the writes are in the operating system); a
-// machine crash without sync may lose the last commits, or all of them if
-// nothing was synced since the database opened, and the restore then reads
-// more of the changelog.
+// WithSync syncs every store's commit to disk. Without it, a commit stays
+// in pebble's write-ahead log buffer (up to a 32 KiB block) until the
+// block fills or something syncs: a process killed before then loses it.
+// Persist, which the runtime calls once per checkpoint after every store
+// committed, syncs all of them together; with it, a crash loses at most the
+// commits of the checkpoint that was settling. Whatever is lost is read
+// again from the changelog.
 func WithSync(on bool) PebbleOption { return func(c *pebbleConfig) { c.sync = on } }
 
 // WithLogger sets where pebble logs (default slog.Default()); its routine
@@ -106,6 +108,15 @@ func OpenPebble(dir string, opts ...PebbleOption) (*Pebble, error) {
 		wo = pebble.Sync
 	}
 	return &Pebble{db: db, wo: wo, inUse: map[string]bool{}}, nil
+}
+
+// Persist makes every commit so far durable, with one sync of the
+// write-ahead log: cheaper than syncing each store's commit (WithSync).
+func (p *Pebble) Persist() error {
+	if p.wo == pebble.Sync {
+		return nil
+	}
+	return p.db.LogData(nil, pebble.Sync)
 }
 
 // Close closes the database. It fails while a store is open.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -68,6 +69,9 @@ type stateInfo struct {
 	prefix []byte
 	ttl    int64 // nanoseconds; 0: none
 	onRead bool  // reads refresh the expiry
+	// check decodes a payload of the state as its reads would, so that
+	// Restore refuses a value the operator could not read later.
+	check func(payload []byte) error
 }
 
 // Open opens the store of operator state name for task on b. fingerprint
@@ -92,8 +96,9 @@ func Open(b Backend, name string, task int32, fingerprint string, clock Clock) (
 		return nil, fmt.Errorf("opening state store %q task %d: %w", name, task, err)
 	}
 	if have := tab.fingerprint(); have != "" && have != fingerprint {
+		applied := tab.appliedOffset()
 		tab.release()
-		return nil, &IncompatibleError{Store: name, Task: task, Have: have, Want: fingerprint, Offset: -1}
+		return nil, &IncompatibleError{Store: name, Task: task, Have: have, Want: fingerprint, Offset: -1, Applied: applied}
 	}
 	return &Store{
 		name:     name,
@@ -238,6 +243,11 @@ func (s *Store) dropOverlay() {
 // AppliedOffset are skipped, so restoring a range twice is harmless. Each
 // call is applied atomically; call it once per fetched batch.
 //
+// Register the store's states (NewValue and the like) before restoring:
+// each record is then checked against its state, whose codec must decode
+// its value, and a record of a state that is not registered is refused. A
+// store with no state registered checks the records' framing only.
+//
 // A record that cannot be decoded fails the call with a *CorruptError naming
 // its offset, and a fingerprint record that differs from the store's with an
 // *IncompatibleError; nothing of the batch is applied. The store must have no
@@ -274,10 +284,8 @@ func (s *Store) Restore(recs []ChangelogRecord, lastOffset int64) error {
 			fp = s.fp
 			continue
 		}
-		if r.Value != nil {
-			if _, _, err := parseValue(r.Value); err != nil {
-				return &CorruptError{Store: s.name, Task: s.task, Offset: r.Offset, Err: fmt.Errorf("value of key %q: %w", r.Key, err)}
-			}
+		if err := s.checkRecord(rk, r.Value); err != nil {
+			return &CorruptError{Store: s.name, Task: s.task, Offset: r.Offset, Err: fmt.Errorf("key %q: %w", r.Key, err)}
 		}
 		w := write{key: r.Key, val: r.Value, prev: -1}
 		if i, ok := at[string(r.Key)]; ok {
@@ -300,6 +308,41 @@ func (s *Store) Restore(recs []ChangelogRecord, lastOffset int64) error {
 	}
 	if fp != "" {
 		s.fpLogged = true
+	}
+	return nil
+}
+
+// checkRecord checks a changelog data record against the registered
+// states: its state must be one of them (when any is), with the shape of
+// its kind, and its value must decode as the state's reads decode it.
+func (s *Store) checkRecord(rk recordKey, val []byte) error {
+	var payload []byte
+	if val != nil {
+		_, p, err := parseValue(val)
+		if err != nil {
+			return fmt.Errorf("value: %w", err)
+		}
+		payload = p
+	}
+	if len(s.states) == 0 {
+		return nil
+	}
+	st, ok := s.states[rk.state]
+	if !ok {
+		names := make([]string, 0, len(s.states))
+		for n := range s.states {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return fmt.Errorf("state %q is not one the operator registers (%s)", rk.state, strings.Join(names, ", "))
+	}
+	if isMap := rk.group > 0; isMap != (st.kind == kindMap) {
+		return fmt.Errorf("not a record of %s state %q", st.kind, st.name)
+	}
+	if val != nil && st.check != nil {
+		if err := st.check(payload); err != nil {
+			return fmt.Errorf("value of %s state %q: %w", st.kind, st.name, err)
+		}
 	}
 	return nil
 }
@@ -354,8 +397,9 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// register adds a state kind to the store.
-func (s *Store) register(name, kind string, ttl TTLConfig) (*stateInfo, error) {
+// register adds a state kind to the store. check decodes a payload of the
+// state, for Restore.
+func (s *Store) register(name, kind string, ttl TTLConfig, check func([]byte) error) (*stateInfo, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
@@ -374,6 +418,7 @@ func (s *Store) register(name, kind string, ttl TTLConfig) (*stateInfo, error) {
 		prefix: statePrefix(name),
 		ttl:    int64(ttl.TTL),
 		onRead: ttl.TTL > 0 && ttl.Update == OnReadAndWrite,
+		check:  check,
 	}
 	s.states[name] = st
 	return st, nil

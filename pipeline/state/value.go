@@ -9,11 +9,12 @@ type Value[T any] struct {
 
 // NewValue registers a value state named name in s.
 func NewValue[T any](s *Store, name string, ttl TTLConfig, opts ...Option[T]) (*Value[T], error) {
-	st, err := s.register(name, "value", ttl)
+	c := codecOf(opts)
+	st, err := s.register(name, "value", ttl, decodes(c))
 	if err != nil {
 		return nil, err
 	}
-	return &Value[T]{s: s, st: st, codec: codecOf(opts)}, nil
+	return &Value[T]{s: s, st: st, codec: c}, nil
 }
 
 // Get returns key's value and whether it has one.
