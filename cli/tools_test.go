@@ -2,11 +2,20 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/state"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -136,32 +145,220 @@ func pidOf(t *testing.T, ctx context.Context, adm *kadm.Client) int64 {
 	return pid
 }
 
+// runToEnd runs the pipeline of cfgPath until its group has consumed every
+// record of its input, then stops it.
+func runToEnd(t *testing.T, ctx context.Context, adm *kadm.Client, cfgPath, group string) {
+	t.Helper()
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.New(cfg, nil, pipeline.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	for {
+		lags, err := adm.Lag(ctx, group)
+		if err == nil && lags[group].FetchErr == nil && len(lags[group].Lag) > 0 && lags[group].Lag.Total() == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			stop()
+			<-done
+			t.Fatalf("the pipeline did not catch up: %v", err)
+		case err := <-done:
+			t.Fatalf("the pipeline stopped before it caught up: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStateReset seeds pebble state for two tasks of two stateful steps,
+// resets one step, and checks that its stores and changelog are gone, that
+// the other step's are intact, and that the next run counts the reset step
+// from zero while the other carries on. Then, as on a second instance
+// after the first deleted the changelog, it resets local state with the
+// changelog already gone: every task must be reset, not only task 0.
 func TestStateReset(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "st-per_key-changelog"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	addr := c.ListenAddrs()[0]
 	dir := t.TempDir()
 	cfg := writeFile(t, fmt.Sprintf(`name: st
 brokers: [%s]
+instance_id: i1
+checkpoint: {interval: 100ms}
 state: {backend: pebble, dir: %q}
 sources: {in: {topics: [in]}}
-steps: [{name: per_key, aggregate: {fields: {n: count}}}]
-sinks: {out: {topic: out}}
-`, c.ListenAddrs()[0], dir))
-	if code, _, errs := runCLI(t, "state", "reset", "-c", cfg, "--step", "nope"); code != 2 || !strings.Contains(errs, `not a stateful step of this pipeline (stateful: [per_key])`) {
+steps:
+  - {name: per_key, aggregate: {fields: {n: count}}}
+  - {name: other, from: in, aggregate: {fields: {m: count}}}
+sinks:
+  out: {from: per_key, topic: out}
+  out2: {from: other, topic: out2}
+`, addr, dir))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	const keys = 10
+	produce := func(n int) {
+		for i := range n {
+			k := "k" + strconv.Itoa(i%keys)
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "in", Key: []byte(k), Value: []byte("{}")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// tasks returns which tasks of step hold local state.
+	tasks := func(step string) []int32 {
+		t.Helper()
+		b, err := state.OpenPebble(dir, state.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		var out []int32
+		for task := range int32(2) {
+			has, err := hasState(b, "st/"+step, task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has {
+				out = append(out, task)
+			}
+		}
+		return out
+	}
+	both := []int32{0, 1}
+	// last returns each key's last output on topic, field f.
+	last := func(topic, f string) map[string]int {
+		t.Helper()
+		recs, err := offsets.ReadToEnd(ctx, cl, topic, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, r := range recs {
+			var v map[string]int
+			if err := json.Unmarshal(r.Value, &v); err != nil {
+				t.Fatalf("%s: %s: %v", topic, r.Value, err)
+			}
+			out[string(r.Key)] = v[f]
+		}
+		return out
+	}
+
+	if code, _, errs := runCLI(t, "state", "reset", "-c", cfg, "--step", "nope"); code != 2 || !strings.Contains(errs, `not a stateful step of this pipeline (stateful: [per_key other])`) {
 		t.Fatalf("a bad step: exit %d %s", code, errs)
 	}
+
+	produce(100)
+	runToEnd(t, ctx, adm, cfg, "st")
+	if got := tasks("per_key"); !slices.Equal(got, both) {
+		t.Fatalf("seeding: step per_key has local state in tasks %v, want both", got)
+	}
+	if got := tasks("other"); !slices.Equal(got, both) {
+		t.Fatalf("seeding: step other has local state in tasks %v, want both", got)
+	}
+
 	code, out, errs := runCLI(t, "state", "reset", "-c", cfg, "--step", "per_key")
-	if code != 0 || !strings.Contains(out, "deleted changelog topic st-per_key-changelog (2 partitions)") || !strings.Contains(out, "reset the local state of step per_key") {
+	if code != 0 || !strings.Contains(out, "deleted changelog topic st-per_key-changelog (2 partitions)") || !strings.Contains(out, "reset the local state of step per_key in "+dir+": tasks 0, 1") {
 		t.Fatalf("state reset: exit %d\n%s%s", code, out, errs)
 	}
 	if c.TopicInfo("st-per_key-changelog") != nil {
 		t.Fatal("the changelog topic still exists")
 	}
+	if got := tasks("per_key"); len(got) != 0 {
+		t.Fatalf("after the reset step per_key still has local state in tasks %v", got)
+	}
+	if got := tasks("other"); !slices.Equal(got, both) || c.TopicInfo("st-other-changelog") == nil {
+		t.Fatalf("the reset of per_key touched step other: local state in tasks %v, changelog there: %v", got, c.TopicInfo("st-other-changelog") != nil)
+	}
+
+	// The next run: per_key counts from zero, other from where it was.
+	produce(100)
+	runToEnd(t, ctx, adm, cfg, "st")
+	n, m := last("out", "n"), last("out2", "m")
+	for i := range keys {
+		k := "k" + strconv.Itoa(i)
+		if n[k] != 10 || m[k] != 20 {
+			t.Fatalf("key %s after the reset: per_key counted %d (want 10, the records since the reset), other %d (want 20)", k, n[k], m[k])
+		}
+	}
+
+	// A second instance's turn: the changelog is gone already, and its
+	// local state must go all the same, in every task.
+	if got := tasks("per_key"); !slices.Equal(got, both) {
+		t.Fatalf("reseeding: step per_key has local state in tasks %v, want both", got)
+	}
+	if resp, err := adm.DeleteTopic(ctx, "st-per_key-changelog"); err != nil || resp.Err != nil {
+		t.Fatalf("deleting the changelog: %v %v", err, resp.Err)
+	}
+	code, out, errs = runCLI(t, "state", "reset", "-c", cfg, "--step", "per_key")
+	if code != 0 || !strings.Contains(out, "changelog topic st-per_key-changelog does not exist") || !strings.Contains(out, "reset the local state of step per_key in "+dir+": tasks 0, 1") {
+		t.Fatalf("state reset without a changelog: exit %d\n%s%s", code, out, errs)
+	}
+	if got := tasks("per_key"); len(got) != 0 {
+		t.Fatalf("after the reset without a changelog, step per_key still has local state in tasks %v", got)
+	}
+	if got := tasks("other"); !slices.Equal(got, both) {
+		t.Fatalf("the second reset touched step other: local state in tasks %v", got)
+	}
 	code, out, _ = runCLI(t, "state", "reset", "-c", cfg, "--step", "per_key")
-	if code != 0 || !strings.Contains(out, "does not exist") {
-		t.Fatalf("second reset: exit %d\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "does not exist") || !strings.Contains(out, "no local state of step per_key") {
+		t.Fatalf("a reset with nothing left: exit %d\n%s", code, out)
+	}
+}
+
+// TestStateMetrics checks that the state figures reach their metrics.
+func TestStateMetrics(t *testing.T) {
+	m := newMetrics(func() pipeline.Stats {
+		return pipeline.Stats{Restored: 1234, StateKeys: 56, StateBytes: 7890, StateDisk: 4321}
+	})
+	families, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		"pipeline_state_restored_records_total": 1234,
+		"pipeline_state_keys":                   56,
+		"pipeline_state_memory_bytes":           7890,
+		"pipeline_state_disk_bytes":             4321,
+	}
+	for _, f := range families {
+		w, ok := want[f.GetName()]
+		if !ok {
+			continue
+		}
+		var got float64
+		if mt := f.GetMetric()[0]; mt.Counter != nil {
+			got = mt.Counter.GetValue()
+		} else {
+			got = mt.Gauge.GetValue()
+		}
+		if got != w {
+			t.Errorf("%s = %v, want %v", f.GetName(), got, w)
+		}
+		delete(want, f.GetName())
+	}
+	if len(want) > 0 {
+		t.Errorf("metrics missing: %v", want)
 	}
 }

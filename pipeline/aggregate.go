@@ -30,8 +30,9 @@ import (
 //
 // Its state is exactly-once with the outputs: it lives in a state.Store
 // whose changes go to a changelog topic inside each checkpoint's
-// transaction. Records are aggregated by their key as the source
-// partitioned them; a step before it must not re-key.
+// transaction. Records are aggregated by their key, which must be the key
+// they are partitioned by: the source's, or a key_by step's before it (a
+// map or flat_map that sets the key without key_by is refused at build).
 type aggregate struct {
 	fields    []aggField
 	emit      string

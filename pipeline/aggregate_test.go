@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -117,19 +118,45 @@ func TestAggregateIsExactlyOnceThroughAborts(t *testing.T) {
 			// aborted checkpoint must vanish with its outputs.
 			h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: 3})
 			var aborted atomic.Int64
+			// bound is what emit: checkpoint may write at most: per
+			// committed checkpoint, one record per key changed, and no
+			// more keys than it read records (the observer runs on the
+			// coordinator goroutine, read after Run returned).
+			var committed, bound int
 			p := newPipeline(t, k, fmt.Sprintf(aggregating, emit), nil, WithBeforeCommit(func(cp Checkpoint) error {
 				if cp.ID%4 == 0 && cp.Records > 0 {
 					aborted.Add(1)
 					return errors.New("injected")
 				}
 				return nil
+			}), WithCheckpointObserver(func(cp Checkpoint) {
+				if cp.Committed && cp.Records > 0 {
+					committed++
+					bound += min(keys, cp.Records)
+				}
 			}))
 			runUntilCommitted(t, k, p, "t", "in")
 			if h.Hits() == 0 || aborted.Load() == 0 {
 				t.Fatalf("faults fired: %d produce, %d checkpoints", h.Hits(), aborted.Load())
 			}
+			out := k.readAll("out")
 			compareAggregates(t, latest(t, k), expected(n, keys))
-			t.Logf("%d produce faults, %d checkpoints aborted on purpose, stats %+v", h.Hits(), aborted.Load(), p.Stats())
+			switch emit {
+			case "update":
+				// One output per input record, each exactly once.
+				if len(out) != n {
+					t.Fatalf("emit: update wrote %d records for %d inputs", len(out), n)
+				}
+			case "checkpoint":
+				// Each key at most once per committed checkpoint: an
+				// operator emitting on every update would write n.
+				if len(out) > bound || len(out) > keys*committed || 2*len(out) > n {
+					t.Fatalf("emit: checkpoint wrote %d records for %d inputs over %d keys and %d committed checkpoints (at most %d)",
+						len(out), n, keys, committed, bound)
+				}
+			}
+			t.Logf("%d outputs for %d inputs, %d committed checkpoints, %d produce faults, %d checkpoints aborted on purpose, stats %+v",
+				len(out), n, committed, h.Hits(), aborted.Load(), p.Stats())
 		})
 	}
 }
@@ -205,6 +232,10 @@ func TestAggregateBuildErrors(t *testing.T) {
 	tests := []struct{ name, steps, want string }{
 		{"re-keying before an aggregate is refused",
 			`[{map: {key: value.k}}, {aggregate: {fields: {n: count}}}]`, `re-keyed by step "map1"`},
+		{"re-keying before an aggregate points to key_by",
+			`[{map: {key: value.k}}, {aggregate: {fields: {n: count}}}]`, "re-key with a key_by step"},
+		{"a map re-keying after a key_by is still refused",
+			`[{key_by: value.k}, {map: {key: value.seq}}, {aggregate: {fields: {n: count}}}]`, `re-keyed by step "map2"`},
 		{"an aggregate inside a parallel stage is refused",
 			`[{parallel: {aggregate: {fields: {n: count}}}}]`, "cannot run inside a parallel stage"},
 		{"an unknown aggregation is named",
@@ -428,4 +459,98 @@ func TestDedupeDropsDuplicatesExactlyOnce(t *testing.T) {
 		skip[s] = true
 	}
 	checkExactlyOnce(t, k.readAll("out"), 2*events, skip)
+}
+
+// logEntries returns the JSON log lines of buf whose msg is msg.
+func logEntries(t *testing.T, buf *lockedBuffer, msg string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for line := range strings.Lines(buf.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestStateRestoreIsLoggedAndCounted restarts an aggregate on the memory
+// backend, which replays the whole changelog: every task logs one "state
+// restored" line with its count and rate, the counts add up to the
+// changelog, and Stats().Restored (the restored-records metric) agrees. The
+// broker holds the first changelog fetch for longer than the 2 s progress
+// interval, so a "restoring state" progress line must appear too.
+func TestStateRestoreIsLoggedAndCounted(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 3)
+	const n, keys = 3000, 300
+	k.input("in", n, keys, nil)
+	body := fmt.Sprintf(aggregating, "update")
+	runUntilCommitted(t, k, newPipeline(t, k, body, nil), "t", "in")
+	changelog := ChangelogTopic("t", "per_key")
+	length := len(k.readAll(changelog))
+	if length < keys {
+		t.Fatalf("%d changelog records for %d keys", length, keys)
+	}
+
+	id := k.c.TopicInfo(changelog).TopicID
+	var held atomic.Int64
+	k.c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.c.KeepControl()
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			if (rt.Topic == changelog || rt.TopicID == id) && held.Add(1) == 1 {
+				k.c.SleepControl(func() { time.Sleep(2500 * time.Millisecond) })
+			}
+		}
+		return nil, nil, false
+	})
+
+	// One more record per key, so every task opens (and restores).
+	k.input("in", keys, keys, nil)
+	var logs lockedBuffer
+	second := newPipeline(t, k, body, nil, WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+	runUntilCommitted(t, k, second, "t", "in")
+	if held.Load() == 0 {
+		t.Fatalf("no changelog fetch was held: the restore did not read the changelog (%d records restored); log:\n%s", second.Stats().Restored, logs.String())
+	}
+
+	tasks := map[float64]bool{}
+	var sum int64
+	for _, l := range logEntries(t, &logs, "state restored") {
+		records, _ := l["records"].(float64)
+		rate, _ := l["records_per_s"].(float64)
+		task, _ := l["task"].(float64)
+		if l["step"] != "per_key" || l["changelog"] != changelog || l["from_offset"] != 0.0 || records <= 0 || rate <= 0 || l["duration"] == nil || tasks[task] {
+			t.Errorf("state restored line %v: want step per_key, changelog %s, from_offset 0, positive records and records_per_s, a duration, once per task", l, changelog)
+		}
+		tasks[task] = true
+		sum += int64(records)
+	}
+	if len(tasks) != 3 {
+		t.Errorf("%d tasks logged a restore, want 3", len(tasks))
+	}
+	if st := second.Stats(); sum != int64(length) || st.Restored != int64(length) {
+		t.Errorf("restored %d records by the log and %d by the stats; the changelog holds %d, all of which a memory backend replays", sum, st.Restored, length)
+	}
+	progress := logEntries(t, &logs, "restoring state")
+	if len(progress) == 0 {
+		t.Errorf("no progress line during a restore held for more than 2 s")
+	}
+	for _, l := range progress {
+		pct, _ := l["percent"].(float64)
+		records, _ := l["records"].(float64)
+		if l["step"] != "per_key" || pct <= 0 || pct > 100 || records <= 0 || l["records_per_s"] == nil {
+			t.Errorf("progress line %v: want step per_key, a percent in (0, 100], records and records_per_s", l)
+		}
+	}
+	// The restored state is what the new records were counted on.
+	for key, v := range latest(t, k) {
+		if v["n"] != n/keys+1 {
+			t.Fatalf("key %s: count %v after the restart, want %d", key, v["n"], n/keys+1)
+		}
+	}
+	t.Logf("%d changelog records restored over %d tasks, %d progress lines", sum, len(tasks), len(progress))
 }
