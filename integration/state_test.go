@@ -130,8 +130,12 @@ func runCountKills(t *testing.T, backend string) {
 	}
 	checkCounts(t, e, records+keys, keys)
 	e.audit(cfgPath, records+keys)
-	t.Logf("figures: %s backend, %d records, %d keys, %d SIGKILLs, %v, every count and sum exact; the clean restart replayed %d of %d changelog records (%v)",
-		backend, records, keys, kills, time.Since(start).Round(time.Millisecond), replayed, length, time.Since(restartedAt).Round(time.Millisecond))
+	rate := "no restore time"
+	if d := restoreTime(t, p.LogPath()); d > 0 {
+		rate = fmt.Sprintf("%d ms restoring, %.0f records/s per task", d.Milliseconds(), float64(replayed)/d.Seconds())
+	}
+	t.Logf("figures: %s backend, %d records, %d keys, %d SIGKILLs, %v, every count and sum exact; the clean restart replayed %d of %d changelog records (%v; %s)",
+		backend, records, keys, kills, time.Since(start).Round(time.Millisecond), replayed, length, time.Since(restartedAt).Round(time.Millisecond), rate)
 }
 
 // changelogRecords counts the records of a changelog a read_committed
@@ -162,7 +166,28 @@ func produceSeqs(t *testing.T, e *env, from, to, keys int) {
 	}
 }
 
-var restoredLine = regexp.MustCompile(`msg="state restored" .*\brecords=(\d+)\b`)
+var (
+	restoredLine     = regexp.MustCompile(`msg="state restored" .*\brecords=(\d+)\b`)
+	restoredDuration = regexp.MustCompile(`msg="state restored" .*\bduration=(\S+)`)
+)
+
+// restoreTime sums the durations of the restores in a pipeline's log.
+func restoreTime(t *testing.T, logPath string) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total time.Duration
+	for _, m := range restoredDuration.FindAllSubmatch(b, -1) {
+		d, err := time.ParseDuration(string(m[1]))
+		if err != nil {
+			t.Fatalf("a restore line with duration %q: %v", m[1], err)
+		}
+		total += d
+	}
+	return total
+}
 
 // restoredRecords sums the records= of the "state restored" lines of a
 // pipeline's log: the changelog records its restores replayed. A restore
