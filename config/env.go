@@ -58,7 +58,11 @@ func (r *reader) environment(env environment) {
 	}
 	known := make(map[string]bool)
 	var candidates []string // lower case, without the prefix: what suggest compares
+	var sections []string   // "checkpoint_", "tls_", ...: the first part of dotted settings
 	for _, s := range r.c.settings() {
+		if sec, _, ok := strings.Cut(s.key, "."); ok && !slices.Contains(sections, sec+"_") {
+			sections = append(sections, sec+"_")
+		}
 		known[envVar(s.key)] = true
 		candidates = append(candidates, strings.ToLower(strings.TrimPrefix(envVar(s.key), envPrefix+"_")))
 	}
@@ -86,6 +90,12 @@ func (r *reader) environment(env environment) {
 			r.fail(&FieldError{Path: name, Msg: fmt.Sprintf("unknown environment variable (did you mean %s?)", envPrefix+"_"+strings.ToUpper(s))})
 			continue
 		}
+		if !inSection(rest, sections) {
+			// Near no setting and in none of their sections: another
+			// program's variable (CI systems set PIPELINE_WORKSPACE, for
+			// one), not a typo of ours.
+			continue
+		}
 		r.fail(&FieldError{Path: name, Msg: "unknown environment variable: no setting has this name " +
 			"(a setting's variable is PIPELINE_ and its path in upper case with \"_\" for \".\", such as PIPELINE_CHECKPOINT_INTERVAL)"})
 	}
@@ -101,4 +111,15 @@ func shapeKey(rest string) string {
 		}
 	}
 	return ""
+}
+
+// inSection reports whether rest (a variable's name after the prefix, lower
+// case) is in one of the settings' sections.
+func inSection(rest string, sections []string) bool {
+	for _, sec := range sections {
+		if strings.HasPrefix(rest, sec) {
+			return true
+		}
+	}
+	return false
 }

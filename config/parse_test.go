@@ -371,9 +371,14 @@ func TestEnvironmentErrorsNameTheVariable(t *testing.T) {
 			"PIPELINE_CRASH_AT_: unknown environment variable (did you mean PIPELINE_CRASH_AT?)",
 		},
 		{
-			"a variable far from any setting says how variables are named",
-			map[string]string{"PIPELINE_FROBNICATE": "1"},
-			`PIPELINE_FROBNICATE: unknown environment variable: no setting has this name (a setting's variable is PIPELINE_ and its path in upper case with "_" for ".", such as PIPELINE_CHECKPOINT_INTERVAL)`,
+			"a variable in a section but far from its settings says how variables are named",
+			map[string]string{"PIPELINE_CHECKPOINT_FROBNICATE": "1"},
+			`PIPELINE_CHECKPOINT_FROBNICATE: unknown environment variable: no setting has this name (a setting's variable is PIPELINE_ and its path in upper case with "_" for ".", such as PIPELINE_CHECKPOINT_INTERVAL)`,
+		},
+		{
+			"another program's variable, near no setting and in no section, is left alone",
+			map[string]string{"PIPELINE_WORKSPACE": "/agent/work", "PIPELINE_FROBNICATE": "1"},
+			"",
 		},
 		{
 			"a misspelt variable is reported with the problems of the others",
