@@ -61,7 +61,12 @@ func (a Action) String() string {
 	return "exit"
 }
 
-// Classify decides what an error from this package requires.
+// Classify decides what an error from this package requires when nothing
+// else is known: Exit for a fence of our instance or a refused
+// authorization, otherwise Rebuild, which is always safe. It returns
+// Replay only for nil. A caller that saw the transaction abort cleanly
+// (Abort returned nil) knows more, and may replay on the same client
+// whatever the error was; the runtime does.
 func Classify(err error) Action {
 	switch {
 	case err == nil:
