@@ -261,8 +261,6 @@ type runtime struct {
 	nextID  CheckpointID
 	runID   string
 
-	outputs atomic.Int64 // outputs of the open checkpoint
-
 	backend    state.Backend
 	changelogs []string // by node index, for stateful steps
 	restoreCtx context.Context
@@ -292,7 +290,6 @@ type runtime struct {
 // Produce sends an output (a sink's record or a dead letter) within the
 // open transaction. Changelog and progress records go through produce.
 func (rt *runtime) Produce(r *kgo.Record) {
-	rt.outputs.Add(1)
 	rt.produce(r)
 }
 
@@ -472,7 +469,6 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		return cp
 	}
 	rt.track.Begin()
-	rt.outputs.Store(0)
 	deadline := start.Add(rt.cfg.Checkpoint.Interval)
 	max := rt.cfg.Checkpoint.MaxRecords
 	for cp.Records < max && ctx.Err() == nil && !rt.failed() {
@@ -499,7 +495,9 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		// What the barrier waited for failed rather than finished.
 		cp.Err = fmt.Errorf("checkpoint %d: %w (checkpoint.timeout, %s)", cp.ID, errGraceOver, rt.cfg.Checkpoint.Timeout)
 	}
-	cp.Produced = rt.outputs.Load()
+	// Every output so far went through Produce; the changelog and
+	// progress records come after.
+	cp.Produced, _ = rt.sink.Produced()
 	if cp.Err == nil && !rt.failed() {
 		rt.logChanges()
 	}

@@ -182,14 +182,15 @@ func NewRecord(r *kgo.Record, keyFormat, valueFormat Format) *Record {
 	return rec
 }
 
+// init fills rec, which must be zero (fresh from a slab), from r. Setting
+// the fields one by one leaves the zero ones alone, where assigning a whole
+// Record would write all of it again: this runs once per input record.
 func (rec *Record) init(r *kgo.Record, keyFormat, valueFormat Format) {
-	*rec = Record{
-		Key:       RawValue(r.Key, keyFormat),
-		Value:     RawValue(r.Value, valueFormat),
-		Timestamp: r.Timestamp,
-		Source:    Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset},
-		origin:    r,
-	}
+	rec.Key.raw, rec.Key.format = r.Key, keyFormat
+	rec.Value.raw, rec.Value.format = r.Value, valueFormat
+	rec.Timestamp = r.Timestamp
+	rec.Source = Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	rec.origin = r
 	if len(r.Headers) > 0 {
 		rec.Headers = make([]Header, len(r.Headers))
 		for i, h := range r.Headers {

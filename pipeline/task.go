@@ -127,13 +127,19 @@ func (t *task) run() {
 		// A record an operator keeps keeps the slab alive, which a
 		// batch's worth of memory bounds.
 		var slab []Record
+		var src *node
+		var srcTopic string
 		for i, kr := range w.recs {
 			if t.rt.failed() {
 				// A record failed with no dead-letter topic: the
 				// checkpoint aborts, so the rest need no work.
 				break
 			}
-			src := t.rt.g.byTopic[kr.Topic]
+			// Records come a partition at a time: look the source up
+			// when the topic changes, not for every record.
+			if src == nil || kr.Topic != srcTopic {
+				src, srcTopic = t.rt.g.byTopic[kr.Topic], kr.Topic
+			}
 			var r *Record
 			if src.internal {
 				r = repartitionRecord(kr)
