@@ -68,6 +68,50 @@ type ReadOptions struct {
 	// retryListing lists offsets again, until ctx is done, while the
 	// answer is a retriable error.
 	retryListing bool
+	// waitDecided reads to the end every partition had when the read
+	// began, once every transaction written before then is decided,
+	// rather than to the last stable offset of that moment (see
+	// waitDecided).
+	waitDecided bool
+}
+
+// waitDecided waits until the last stable offset of each partition in to
+// has reached its high watermark as listed now, then sets to to that
+// watermark. A transaction committed a moment ago may still lack its
+// marker on a partition: the broker writes markers after the commit is
+// decided, and not on every partition at once. Its records are committed
+// but below the last stable offset no reader sees them yet; a restore that
+// stopped there would miss them. A transaction that is still open (its
+// producer died) is waited for until the broker aborts it.
+func waitDecided(ctx context.Context, adm *kadm.Client, topic string, retry bool, to map[int32]int64) error {
+	hw, err := listOffsets(ctx, retry, func() (kadm.ListedOffsets, error) { return adm.ListEndOffsets(ctx, topic) })
+	if err != nil {
+		return fmt.Errorf("listing end offsets of %s: %w", topic, err)
+	}
+	want := map[int32]int64{}
+	for p, stable := range to {
+		if o, ok := hw.Lookup(topic, p); ok && o.Err == nil && o.Offset > stable {
+			want[p] = o.Offset
+		}
+	}
+	for len(want) > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the transactions on %s to be decided: %w", topic, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+		lso, err := listOffsets(ctx, retry, func() (kadm.ListedOffsets, error) { return adm.ListCommittedOffsets(ctx, topic) })
+		if err != nil {
+			return fmt.Errorf("listing stable offsets of %s: %w", topic, err)
+		}
+		for p, w := range want {
+			if o, ok := lso.Lookup(topic, p); ok && o.Err == nil && o.Offset >= w {
+				to[p] = w
+				delete(want, p)
+			}
+		}
+	}
+	return nil
 }
 
 // Read reads every partition of topic (or those opts.To names) from its
@@ -96,13 +140,14 @@ type Progress struct {
 }
 
 // ReadPartition reads one partition of topic with read_committed from
-// offset from (or its start, if later) to its last stable offset, handing
+// offset from (or its start, if later) to the end it had when the read
+// began, once every transaction there is decided (see waitDecided), handing
 // the records to fn a fetch at a time, in offset order, with how far the
 // read has come.
 func ReadPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32, from int64, fn func([]*kgo.Record, Progress) error) error {
 	// A changelog created a moment ago may not be known yet to the broker
 	// (or the client's metadata) that answers the listing: that passes.
-	_, err := read(ctx, cl, topic, partition, from, ReadOptions{retryListing: true}, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
+	_, err := read(ctx, cl, topic, partition, from, ReadOptions{retryListing: true, waitDecided: true}, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
 	return err
 }
 
@@ -181,6 +226,11 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 		})
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("listing offsets of %s: %v", topic, errs)
+		}
+		if committed && ro.waitDecided {
+			if err := waitDecided(ctx, adm, topic, ro.retryListing, to); err != nil {
+				return nil, err
+			}
 		}
 	}
 
