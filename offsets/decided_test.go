@@ -109,3 +109,50 @@ func TestReadPartitionWaitsForOpenTransactions(t *testing.T) {
 		})
 	}
 }
+
+// TestReadPartitionStopsWaitingForAnAbandonedTransaction: a transaction
+// nobody decides (its producer died) is waited for decideWait, then the
+// read stops below it.
+func TestReadPartitionStopsWaitingForAnAbandonedTransaction(t *testing.T) {
+	old := decideWait
+	decideWait = 400 * time.Millisecond
+	defer func() { decideWait = old }()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "cl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	tx, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("cl"), kgo.TransactionalID("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := tx.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.ProduceSync(ctx, &kgo.Record{Value: []byte("open")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	n := 0
+	err = ReadPartition(ctx, cl, "cl", 0, 0, func(recs []*kgo.Record, _ Progress) error {
+		n += len(recs)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("read %d records of a transaction still open", n)
+	}
+	if waited := time.Since(start); waited < decideWait {
+		t.Fatalf("returned after %v, before giving the transaction %v to be decided", waited, decideWait)
+	}
+}

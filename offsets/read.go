@@ -81,9 +81,17 @@ type ReadOptions struct {
 // marker on a partition: the broker writes markers after the commit is
 // decided, and not on every partition at once. Its records are committed
 // but below the last stable offset no reader sees them yet; a restore that
-// stopped there would miss them. A transaction that is still open (its
-// producer died) is waited for until the broker aborts it.
+// stopped there would miss them.
+//
+// Markers follow a commit within milliseconds. A transaction still open
+// after decideWait is one its producer left undecided: a restore's
+// previous owner that died or was fenced, whose transaction the broker
+// aborts (a live one that had committed offsets in it would still hold the
+// partition's stable offsets, so nobody would be restoring). The read then
+// stops at the last stable offset, below that transaction. Waiting for the
+// broker's abort instead could outlast the reader's own transaction.
 func waitDecided(ctx context.Context, adm *kadm.Client, topic string, retry bool, to map[int32]int64) error {
+	deadline := time.Now().Add(decideWait)
 	hw, err := listOffsets(ctx, retry, func() (kadm.ListedOffsets, error) { return adm.ListEndOffsets(ctx, topic) })
 	if err != nil {
 		return fmt.Errorf("listing end offsets of %s: %w", topic, err)
@@ -104,15 +112,27 @@ func waitDecided(ctx context.Context, adm *kadm.Client, topic string, retry bool
 		if err != nil {
 			return fmt.Errorf("listing stable offsets of %s: %w", topic, err)
 		}
+		late := time.Now().After(deadline)
 		for p, w := range want {
-			if o, ok := lso.Lookup(topic, p); ok && o.Err == nil && o.Offset >= w {
+			o, ok := lso.Lookup(topic, p)
+			if !ok || o.Err != nil {
+				continue
+			}
+			switch {
+			case o.Offset >= w:
 				to[p] = w
+				delete(want, p)
+			case late:
+				to[p] = max(to[p], o.Offset)
 				delete(want, p)
 			}
 		}
 	}
 	return nil
 }
+
+// decideWait bounds how long waitDecided waits for a transaction's marker.
+var decideWait = 5 * time.Second
 
 // Read reads every partition of topic (or those opts.To names) from its
 // start to its end as opts say, and returns the records in partition
