@@ -10,6 +10,30 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// txnCluster starts a broker with a one-partition topic "cl", a
+// transactional client writing to it and a plain client to read it.
+func txnCluster(t *testing.T) (context.Context, *kgo.Client, *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "cl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	tx, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("cl"), kgo.TransactionalID("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tx.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return ctx, tx, cl
+}
+
 // TestReadPartitionWaitsForOpenTransactions: records written in a
 // transaction that is not decided yet sit above the last stable offset.
 // A restore reading to that offset would miss them once they commit (their
@@ -20,23 +44,7 @@ func TestReadPartitionWaitsForOpenTransactions(t *testing.T) {
 	for _, commit := range []bool{true, false} {
 		name := map[bool]string{true: "committed", false: "aborted"}[commit]
 		t.Run(name, func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "cl"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			defer cancel()
-			tx, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("cl"), kgo.TransactionalID("w"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Close()
-			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+			ctx, tx, cl := txnCluster(t)
 
 			// One committed record, then three in an open transaction.
 			if err := tx.BeginTransaction(); err != nil {
@@ -117,23 +125,7 @@ func TestReadPartitionStopsWaitingForAnAbandonedTransaction(t *testing.T) {
 	old := decideWait
 	decideWait = 400 * time.Millisecond
 	defer func() { decideWait = old }()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "cl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	tx, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("cl"), kgo.TransactionalID("w"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	ctx, tx, cl := txnCluster(t)
 	if err := tx.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +134,7 @@ func TestReadPartitionStopsWaitingForAnAbandonedTransaction(t *testing.T) {
 	}
 	start := time.Now()
 	n := 0
-	err = ReadPartition(ctx, cl, "cl", 0, 0, func(recs []*kgo.Record, _ Progress) error {
+	err := ReadPartition(ctx, cl, "cl", 0, 0, func(recs []*kgo.Record, _ Progress) error {
 		n += len(recs)
 		return nil
 	})
