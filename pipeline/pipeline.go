@@ -260,6 +260,9 @@ type runtime struct {
 	track   *offsets.Tracker
 	nextID  CheckpointID
 	runID   string
+	// cadence is when the last checkpoint stopped reading, if it read
+	// for its whole interval and committed; zero otherwise. See deadline.
+	cadence time.Time
 
 	backend    state.Backend
 	changelogs []string // by node index, for stateful steps
@@ -469,8 +472,10 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		return cp
 	}
 	rt.track.Begin()
-	deadline := start.Add(rt.cfg.Checkpoint.Interval)
+	deadline := nextDeadline(rt.cadence, start, rt.cfg.Checkpoint.Interval)
+	rt.cadence = time.Time{}
 	max := rt.cfg.Checkpoint.MaxRecords
+	fullInterval := false
 	for cp.Records < max && ctx.Err() == nil && !rt.failed() {
 		pctx, cancel := context.WithDeadline(ctx, deadline)
 		n := min(rt.cfg.Consumer.MaxPollRecords, max-cp.Records)
@@ -483,6 +488,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		}
 		cp.Records += rt.dispatch(fetches)
 		if !time.Now().Before(deadline) {
+			fullInterval = true
 			break
 		}
 	}
@@ -562,6 +568,9 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		return cp
 	}
 	cp.Committed = true
+	if fullInterval {
+		rt.cadence = deadline
+	}
 	cp.Ranges = rt.track.Commit()
 	if rt.p.fault != nil && cp.Records > 0 {
 		rt.p.fault(AfterCommit, cp)
@@ -578,6 +587,22 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	// in flight.
 	rt.sink.AllowRebalance()
 	return cp
+}
+
+// nextDeadline returns when a checkpoint beginning at start stops reading,
+// given when the last one did (cadence; zero if it did not read for its
+// whole interval or did not commit). Checkpoints keep the interval's
+// cadence: the one that begins as its predecessor's commit ends reads for
+// the rest of the interval, not a whole one more. A record read just after
+// a checkpoint stopped reading then waits at most one interval plus one
+// commit to be visible, instead of an interval plus two commits. A commit
+// that outlasted the interval, a checkpoint cut short (max_records, an
+// error) or an abort starts a new cadence with a whole interval.
+func nextDeadline(cadence, start time.Time, interval time.Duration) time.Time {
+	if d := cadence.Add(interval); !cadence.IsZero() && d.After(start) {
+		return d
+	}
+	return start.Add(interval)
 }
 
 // fetchErr decides which fetch errors end the checkpoint. The client
