@@ -59,7 +59,7 @@ func ParseFlags(args []string, w io.Writer) (Options, error) {
 	fs.BoolVar(&o.Warmup, "warmup", true, "run every arm once, unrecorded, before the first round")
 	fs.BoolVar(&o.Latency, "latency", true, "after the rounds, measure end-to-end latency of every arm at half the slowest arm's throughput")
 	fs.DurationVar(&o.LatencyFor, "latency-duration", 10*time.Second, "how long each latency run measures (at least three checkpoint intervals)")
-	fs.IntVar(&o.MaxRecords, "max-records", 200000, "checkpoint.max_records of the pipeline arms; the peer commits after as many records")
+	fs.IntVar(&o.MaxRecords, "max-records", 1000000, "checkpoint.max_records of the pipeline arms; the peer commits after as many records")
 	fs.DurationVar(&o.Linger, "linger", 50*time.Millisecond, "producer linger of every arm: the pipeline's producer.linger, and the baselines' (default: the pipeline's default)")
 	fs.DurationVar(&o.RunTimeout, "run-timeout", 5*time.Minute, "limit of one arm run")
 	fs.StringVar(&o.JSON, "json", "", "write every run and the summary as JSON to `file`")

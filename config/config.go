@@ -90,7 +90,7 @@ type Producer struct {
 type Checkpoint struct {
 	Interval   time.Duration // default 1s
 	Timeout    time.Duration // default 30s: how long barrier, prepare and commit may take
-	MaxRecords int           // `max_records`; default 200000: a checkpoint starts early after this many records
+	MaxRecords int           // `max_records`; default 1000000: a checkpoint starts early after this many records
 }
 
 // Transactions configures the transactional producer's identity and

@@ -121,7 +121,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 		Group:        "p",
 		Consumer:     Consumer{StartFrom: "earliest", SessionTimeout: 45 * time.Second, RebalanceTimeout: 60 * time.Second, FetchMaxBytes: 50 << 20, MaxPollRecords: 10000},
 		Producer:     Producer{Compression: "lz4", Linger: 50 * time.Millisecond, BatchMaxBytes: 1 << 20, MaxBufferedRecords: 100000, MaxBufferedBytes: 256 << 20},
-		Checkpoint:   Checkpoint{Interval: time.Second, Timeout: 30 * time.Second, MaxRecords: 200000},
+		Checkpoint:   Checkpoint{Interval: time.Second, Timeout: 30 * time.Second, MaxRecords: 1000000},
 		Transactions: Transactions{IDPrefix: "p", Timeout: 60 * time.Second},
 		Topics:       Topics{Partitions: 0, ReplicationFactor: -1},
 		Sources:      []Source{{Name: "in", Topics: []string{"input"}, Format: "json", KeyFormat: "string", Path: "sources.in"}},

@@ -58,7 +58,7 @@ func (c *Config) settings() []setting {
 
 		{"checkpoint.interval", &c.Checkpoint.Interval, 1 * time.Second},
 		{"checkpoint.timeout", &c.Checkpoint.Timeout, 30 * time.Second},
-		{"checkpoint.max_records", &c.Checkpoint.MaxRecords, 200000},
+		{"checkpoint.max_records", &c.Checkpoint.MaxRecords, 1000000},
 
 		{"transactions.id_prefix", &c.Transactions.IDPrefix, nil}, // default: name
 		{"transactions.timeout", &c.Transactions.Timeout, 60 * time.Second},
