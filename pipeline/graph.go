@@ -35,6 +35,9 @@ type node struct {
 	internal   bool // a source reading a key_by step's repartition topic
 
 	keyFormat, valueFormat Format // sources
+	// direct is set on a source whose one reader is a sink writing records
+	// as they were read: see directSink.
+	direct *node
 
 	inputs []streamRef
 	// outputs maps an output name ("" for the default) to its readers.
@@ -304,7 +307,31 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 		})
 		return nil, errs
 	}
+	for _, n := range g.nodes {
+		if n.kind == sourceNode {
+			n.direct = directSink(n)
+		}
+	}
 	return g, nil
+}
+
+// directSink returns the sink that is src's only reader when it writes each
+// record exactly as read: no key, value or header expressions and no
+// position stamps. Such records skip the Record the steps work on and go to
+// the producer as the client fetched them (see sinkOp.passThrough), which
+// took a quarter of a pass-through's CPU (see docs/benchmarks.md).
+func directSink(src *node) *node {
+	if src.internal || len(src.outputs) != 1 || len(src.outputs[""]) != 1 {
+		return nil
+	}
+	to := src.outputs[""][0].to
+	if to.kind != sinkNode || to.sink == nil {
+		return nil
+	}
+	if d := to.sink; d.key != nil || d.value != nil || len(d.headers) > 0 || d.positions {
+		return nil
+	}
+	return to
 }
 
 func parseKeyFormat(s string) (Format, error) {

@@ -193,6 +193,33 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 	return nil
 }
 
+// passThrough writes kr, a record as the client fetched it from a source
+// whose only reader is this sink (see directSink), to the sink's topic: the
+// same output Process would write, without the Record in between. It
+// reports false, having written nothing, for a record Process must see (one
+// too large for the producer, which goes to the dead-letter topic).
+//
+// kr itself becomes the output record: nothing else holds it once it is
+// handed out (the offsets were noted when it was dispatched), and a replay
+// after an abort fetches the input again.
+func (s *sinkOp) passThrough(kr *kgo.Record) bool {
+	if s.def.maxBytes > 0 {
+		size := len(kr.Key) + len(kr.Value) + recordOverhead
+		for _, h := range kr.Headers {
+			size += len(h.Key) + len(h.Value) + 8
+		}
+		if size > s.def.maxBytes {
+			return false
+		}
+	}
+	// What the fetch filled in and the producer does not set itself.
+	kr.Topic, kr.Context = s.def.topic, nil
+	kr.Partition, kr.Offset, kr.LeaderEpoch = 0, 0, 0
+	kr.Attrs, kr.ProducerID, kr.ProducerEpoch = kgo.RecordAttrs{}, 0, 0
+	s.prod.Produce(kr)
+	return true
+}
+
 // ordinal returns the HeaderOutput number of the next record for src. The
 // counts start again with each checkpoint: an aborted one's records are
 // replayed in the next, which must number them from 0 again. Every record

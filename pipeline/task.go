@@ -140,6 +140,9 @@ func (t *task) run() {
 			if src == nil || kr.Topic != srcTopic {
 				src, srcTopic = t.rt.g.byTopic[kr.Topic], kr.Topic
 			}
+			if src.direct != nil && t.ops[src.direct.idx].(*sinkOp).passThrough(kr) {
+				continue
+			}
 			var r *Record
 			if src.internal {
 				r = repartitionRecord(kr)
