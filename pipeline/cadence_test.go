@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -96,5 +97,68 @@ func TestCheckpointsKeepTheIntervalsCadence(t *testing.T) {
 	// Each read for interval-commit, plus how late the poll returned.
 	if want := (len(cps) - 2) / 2; short < want {
 		t.Fatalf("%d of %d checkpoints read for less than %s, want at least %d: the commit stretched the cycle", short, len(cps)-2, interval-commit/2, want)
+	}
+}
+
+// TestIdleCheckpointsCommitAtOnce: a checkpoint that read and wrote nothing
+// has nothing to commit, and must not take the client's half-second wait
+// after a commit without offsets (see txsink.Sink.Commit). Records that come
+// after the idle stretch are written exactly once, in the transaction the
+// idle checkpoints kept open.
+func TestIdleCheckpointsCommitAtOnce(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 2)
+	const n = 500
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var idle []time.Duration
+	var fed sync.WaitGroup
+	feeding := false
+	p := newPipeline(t, k, passThrough, nil, WithCheckpointObserver(func(cp Checkpoint) {
+		mu.Lock()
+		defer mu.Unlock()
+		if cp.Records == 0 && cp.Committed {
+			idle = append(idle, cp.Commit)
+		}
+		if len(idle) == 10 && !feeding {
+			feeding = true
+			fed.Add(1)
+			go func() {
+				defer fed.Done()
+				k.input("in", n, 10, nil)
+			}()
+		}
+	}))
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer wcancel()
+	for {
+		mu.Lock()
+		started := len(idle) >= 10
+		mu.Unlock()
+		if started {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fed.Wait()
+	werr := k.waitCommitted(wctx, "t", "in")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	checkExactlyOnce(t, k.readAll("out"), n, nil)
+	mu.Lock()
+	defer mu.Unlock()
+	sorted := slices.Sorted(slices.Values(idle))
+	median := sorted[len(sorted)/2]
+	t.Logf("%d idle checkpoints, commit median %s, max %s", len(idle), median, sorted[len(sorted)-1])
+	if median >= 250*time.Millisecond {
+		t.Fatalf("an idle checkpoint's commit took %s (median of %d); the client's wait after an empty commit is 500 ms", median, len(idle))
 	}
 }
