@@ -14,35 +14,37 @@ import (
 
 func TestNextDeadline(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	const iv = time.Second
+	const iv, ms = time.Second, time.Millisecond
 	for _, c := range []struct {
 		name           string
 		cadence, start time.Time
+		lastCommit     time.Duration
 		want           time.Time
 	}{
-		{"first checkpoint", time.Time{}, t0, t0.Add(iv)},
-		{"after a 30 ms commit", t0, t0.Add(30 * time.Millisecond), t0.Add(iv)},
-		{"after a commit of 999 ms", t0, t0.Add(999 * time.Millisecond), t0.Add(iv)},
-		{"after a commit as long as the interval", t0, t0.Add(iv), t0.Add(2 * iv)},
-		{"after a commit longer than the interval", t0, t0.Add(1500 * time.Millisecond), t0.Add(2500 * time.Millisecond)},
+		{"first checkpoint", time.Time{}, t0, 0, t0.Add(iv)},
+		{"after a 30 ms commit", t0, t0.Add(30 * ms), 30 * ms, t0.Add(iv)},
+		{"after a commit of 400 ms", t0, t0.Add(400 * ms), 400 * ms, t0.Add(iv)},
+		{"after a commit of half the interval", t0, t0.Add(500 * ms), 500 * ms, t0.Add(iv)},
+		{"after a commit of 700 ms: read as long", t0, t0.Add(700 * ms), 700 * ms, t0.Add(1400 * ms)},
+		{"after a commit as long as the interval", t0, t0.Add(iv), iv, t0.Add(2 * iv)},
+		{"after a commit of 1.5 intervals: read as long", t0, t0.Add(1500 * ms), 1500 * ms, t0.Add(3000 * ms)},
+		{"after a checkpoint cut short, a short commit", time.Time{}, t0, 30 * ms, t0.Add(iv)},
+		{"after a checkpoint cut short, a slow commit", time.Time{}, t0, 1200 * ms, t0.Add(1200 * ms)},
 	} {
-		if got := nextDeadline(c.cadence, c.start, iv); !got.Equal(c.want) {
+		if got := nextDeadline(c.cadence, c.start, iv, c.lastCommit); !got.Equal(c.want) {
 			t.Errorf("%s: deadline %s after t0, want %s", c.name, got.Sub(t0), c.want.Sub(t0))
 		}
 	}
 }
 
-// TestCheckpointsKeepTheIntervalsCadence: a checkpoint that begins when its
-// predecessor's commit ends reads only for the rest of the interval, so a
-// commit does not stretch the cycle. The commits are slowed by a hook to a
-// half of the interval; without the cadence every checkpoint reads for a
-// whole interval (the read loop ends only once the deadline has passed),
-// and the cycle is 1.5 intervals.
-func TestCheckpointsKeepTheIntervalsCadence(t *testing.T) {
+// runSlowCommits runs a pass-through whose commits a hook slows to commit,
+// with records coming all the time, and returns the checkpoints from the
+// second to the last but one (the first has no predecessor, and the last is
+// cut short).
+func runSlowCommits(t *testing.T, interval, commit time.Duration) []Checkpoint {
 	k := newCluster(t)
 	k.topic("in", 1)
-	const interval, commit = 400 * time.Millisecond, 200 * time.Millisecond
-	body := strings.Replace(passThrough, "interval: 100ms", "interval: 400ms", 1)
+	body := strings.Replace(passThrough, "interval: 100ms", "interval: "+interval.String(), 1)
 	var mu sync.Mutex
 	var cps []Checkpoint
 	ctx, cancel := context.WithCancel(context.Background())
@@ -61,7 +63,7 @@ func TestCheckpointsKeepTheIntervalsCadence(t *testing.T) {
 		}
 	}))
 	// Records keep coming, so that every checkpoint commits offsets: an
-	// empty one's commit takes the client half a second by itself.
+	// idle one is not committed at all.
 	fed := make(chan struct{})
 	go func() {
 		defer close(fed)
@@ -82,21 +84,48 @@ func TestCheckpointsKeepTheIntervalsCadence(t *testing.T) {
 	if slowed < 8 {
 		t.Fatalf("the commit was slowed %d times, want at least 8", slowed)
 	}
-	// The first checkpoint has no predecessor, and the last was cut short.
-	short := 0
-	for i, cp := range cps[1 : len(cps)-1] {
+	cps = cps[1 : len(cps)-1]
+	for _, cp := range cps {
 		if !cp.Committed || cp.Commit < commit {
-			t.Fatalf("checkpoint %d: committed %v, commit took %s (slowed to %s)", i+1, cp.Committed, cp.Commit, commit)
+			t.Fatalf("checkpoint %d: committed %v, commit took %s (slowed to %s)", cp.ID, cp.Committed, cp.Commit, commit)
 		}
-		read := cp.Duration - cp.Commit
-		t.Logf("checkpoint %d read for %s, committed in %s", cp.ID, read.Round(time.Millisecond), cp.Commit.Round(time.Millisecond))
-		if read < interval-commit/2 {
+		t.Logf("checkpoint %d read for %s, committed in %s", cp.ID, (cp.Duration - cp.Commit).Round(time.Millisecond), cp.Commit.Round(time.Millisecond))
+	}
+	return cps
+}
+
+// TestCheckpointsKeepTheIntervalsCadence: a checkpoint that begins when its
+// predecessor's commit ends reads only for the rest of the interval, so a
+// commit does not stretch the cycle. Commits are slowed by a hook to a
+// third of the interval; without the cadence every checkpoint reads for a
+// whole interval (the read loop ends only once the deadline has passed),
+// and the cycle is 1.33 intervals.
+func TestCheckpointsKeepTheIntervalsCadence(t *testing.T) {
+	const interval, commit = 600 * time.Millisecond, 200 * time.Millisecond
+	cps := runSlowCommits(t, interval, commit)
+	short := 0
+	for _, cp := range cps {
+		if cp.Duration-cp.Commit < interval-commit/2 {
 			short++
 		}
 	}
 	// Each read for interval-commit, plus how late the poll returned.
-	if want := (len(cps) - 2) / 2; short < want {
-		t.Fatalf("%d of %d checkpoints read for less than %s, want at least %d: the commit stretched the cycle", short, len(cps)-2, interval-commit/2, want)
+	if short < len(cps)/2 {
+		t.Fatalf("%d of %d checkpoints read for less than %s: the commits stretched the cycle", short, len(cps), interval-commit/2)
+	}
+}
+
+// TestSlowCommitsGetAsLongToRead: when committing takes longer than the
+// interval, a checkpoint reads at least as long as the last commit took,
+// so that commits, during which nothing is read, take at most half the
+// time. Without that it reads for one interval and commits for longer.
+func TestSlowCommitsGetAsLongToRead(t *testing.T) {
+	const interval, commit = 100 * time.Millisecond, 300 * time.Millisecond
+	cps := runSlowCommits(t, interval, commit)
+	for i, cp := range cps[1:] {
+		if read, last := cp.Duration-cp.Commit, cps[i].Commit; read < last {
+			t.Fatalf("checkpoint %d read for %s after a commit of %s", cp.ID, read, last)
+		}
 	}
 }
 

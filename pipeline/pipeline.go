@@ -263,6 +263,9 @@ type runtime struct {
 	// cadence is when the last checkpoint stopped reading, if it read
 	// for its whole interval and committed; zero otherwise. See deadline.
 	cadence time.Time
+	// lastCommit is how long the last checkpoint's commit phase took, if
+	// it committed; zero otherwise. See nextDeadline.
+	lastCommit time.Duration
 
 	backend    state.Backend
 	changelogs []string // by node index, for stateful steps
@@ -472,8 +475,8 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		return cp
 	}
 	rt.track.Begin()
-	deadline := nextDeadline(rt.cadence, start, rt.cfg.Checkpoint.Interval)
-	rt.cadence = time.Time{}
+	deadline := nextDeadline(rt.cadence, start, rt.cfg.Checkpoint.Interval, rt.lastCommit)
+	rt.cadence, rt.lastCommit = time.Time{}, 0
 	max := rt.cfg.Checkpoint.MaxRecords
 	fullInterval := false
 	for cp.Records < max && ctx.Err() == nil && !rt.failed() {
@@ -571,6 +574,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	if fullInterval {
 		rt.cadence = deadline
 	}
+	rt.lastCommit = cp.Commit
 	cp.Ranges = rt.track.Commit()
 	if rt.p.fault != nil && cp.Records > 0 {
 		rt.p.fault(AfterCommit, cp)
@@ -591,18 +595,31 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 
 // nextDeadline returns when a checkpoint beginning at start stops reading,
 // given when the last one did (cadence; zero if it did not read for its
-// whole interval or did not commit). Checkpoints keep the interval's
-// cadence: the one that begins as its predecessor's commit ends reads for
-// the rest of the interval, not a whole one more. A record read just after
-// a checkpoint stopped reading then waits at most one interval plus one
-// commit to be visible, instead of an interval plus two commits. A commit
-// that outlasted the interval, a checkpoint cut short (max_records, an
-// error) or an abort starts a new cadence with a whole interval.
-func nextDeadline(cadence, start time.Time, interval time.Duration) time.Time {
-	if d := cadence.Add(interval); !cadence.IsZero() && d.After(start) {
-		return d
+// whole interval or did not commit) and how long its commit took
+// (lastCommit; zero if it did not commit).
+//
+// Checkpoints keep the interval's cadence: the one that begins as its
+// predecessor's commit ends reads for the rest of the interval, not a whole
+// one more. A record read just after a checkpoint stopped reading then
+// waits at most one interval plus one commit to be visible, instead of an
+// interval plus two commits. A checkpoint cut short (max_records, an error)
+// or an abort starts a new cadence with a whole interval.
+//
+// But a checkpoint never reads for less time than the last commit took:
+// reading stops while a checkpoint commits, and when commits are slow next
+// to the interval (a high rate, many partitions, a short interval) they
+// would otherwise take most of the time, each one adding its round trips.
+// So at most half the time goes to committing; when commits are short, as
+// they are below the maximum rate, the cadence is the interval's.
+func nextDeadline(cadence, start time.Time, interval, lastCommit time.Duration) time.Time {
+	d := start.Add(interval)
+	if c := cadence.Add(interval); !cadence.IsZero() && c.After(start) {
+		d = c
 	}
-	return start.Add(interval)
+	if least := start.Add(lastCommit); d.Before(least) {
+		d = least
+	}
+	return d
 }
 
 // fetchErr decides which fetch errors end the checkpoint. The client
