@@ -168,7 +168,9 @@ func TestSlowBrokerSlowsTheSource(t *testing.T) {
 		if runErr != nil || werr != nil {
 			t.Fatalf("run: %v, wait: %v", runErr, werr)
 		}
-		if pk.samples < 100 {
+		// The unthrottled run lasts a fraction of a second, a few
+		// milliseconds a sample; the throttled one, thousands.
+		if pk.samples < 20 {
 			t.Fatalf("only %d samples of the gauges", pk.samples)
 		}
 		if pk.produce > produceBound {
