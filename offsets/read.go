@@ -65,14 +65,17 @@ type ReadOptions struct {
 	// kgo.DefaultDecompressor(). Decompress is called from one goroutine.
 	Decompressor kgo.Decompressor
 
+	// WaitDecided, with ReadCommitted and no To, reads to the end every
+	// partition had when the read began, once every transaction written
+	// before then is decided, rather than to the last stable offset of
+	// that moment: a transaction committed a moment ago may not have its
+	// markers yet (see waitDecided). A transaction still open after 5 s
+	// is taken for abandoned, and the read stops below it.
+	WaitDecided bool
+
 	// retryListing lists offsets again, until ctx is done, while the
 	// answer is a retriable error.
 	retryListing bool
-	// waitDecided reads to the end every partition had when the read
-	// began, once every transaction written before then is decided,
-	// rather than to the last stable offset of that moment (see
-	// waitDecided).
-	waitDecided bool
 }
 
 // waitDecided waits until the last stable offset of each partition in to
@@ -167,7 +170,7 @@ type Progress struct {
 func ReadPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32, from int64, fn func([]*kgo.Record, Progress) error) error {
 	// A changelog created a moment ago may not be known yet to the broker
 	// (or the client's metadata) that answers the listing: that passes.
-	_, err := read(ctx, cl, topic, partition, from, ReadOptions{retryListing: true, waitDecided: true}, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
+	_, err := read(ctx, cl, topic, partition, from, ReadOptions{retryListing: true, WaitDecided: true}, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
 	return err
 }
 
@@ -247,7 +250,7 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("listing offsets of %s: %v", topic, errs)
 		}
-		if committed && ro.waitDecided {
+		if committed && ro.WaitDecided {
 			if err := waitDecided(ctx, adm, topic, ro.retryListing, to); err != nil {
 				return nil, err
 			}
