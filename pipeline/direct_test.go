@@ -43,16 +43,11 @@ func TestDirectSinkOnlyForRecordsWrittenAsRead(t *testing.T) {
 	}
 }
 
-const direct = `
-instance_id: i1
-checkpoint: {interval: 100ms, timeout: 10s, max_records: 1000}
-transactions: {timeout: 20s}
-consumer: {session_timeout: 6s}
-sources: {in: {topics: [in]}}
-steps: []
-sinks: {out: {topic: out}}
-dead_letter: {topic: dlq}
-`
+// direct is passThrough without its step, at a smaller max_records.
+var direct = strings.NewReplacer(
+	`steps: [{map: "{k: value.k, seq: value.seq}"}]`, "steps: []",
+	"max_records: 2000", "max_records: 1000",
+).Replace(passThrough)
 
 // TestDirectPassThroughWritesRecordsAsRead: with no steps, each output is
 // its input as read (key, value, headers, timestamp; a null key or value
@@ -104,6 +99,9 @@ func TestDirectPassThroughWritesRecordsAsRead(t *testing.T) {
 		return nil
 	})
 	// The first run stops part way, the second finishes.
+	if !strings.Contains(body, "steps: []") || !strings.Contains(body, "max_records: 1000}") {
+		t.Fatalf("the config has a step or the wrong max_records:\n%s", body)
+	}
 	p := newPipeline(t, k, body, nil, abortEven)
 	if p.g.byTopic["in"].direct == nil {
 		t.Fatal("the pipeline does not take the direct path")
