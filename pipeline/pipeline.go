@@ -261,7 +261,7 @@ type runtime struct {
 	nextID  CheckpointID
 	runID   string
 	// cadence is when the last checkpoint stopped reading, if it read
-	// for its whole interval and committed; zero otherwise. See deadline.
+	// for its whole interval and committed; zero otherwise. See nextDeadline.
 	cadence time.Time
 	// lastCommit is how long the last checkpoint's commit phase took, if
 	// it committed; zero otherwise. See nextDeadline.

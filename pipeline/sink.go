@@ -149,7 +149,6 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 	}
 	kr := s.newRecord()
 	kr.Topic, kr.Key, kr.Value, kr.Timestamp = s.def.topic, key, value, r.Timestamp
-	size := len(key) + len(value) + recordOverhead
 	n := len(r.Headers) + len(s.def.headers)
 	stamp := s.def.positions && r.Source.Topic != "" // a record built from nothing has no position
 	var ordinal uint32
@@ -176,14 +175,11 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 			ordinal = s.ordinal(ctx, r.Source)
 			kr.Headers = appendPosition(kr.Headers, s.def.name, r.Source, ordinal)
 		}
-		for _, h := range kr.Headers {
-			size += len(h.Key) + len(h.Value) + 8
-		}
 	}
 	// A record the broker would refuse fails its transaction, and every
 	// replay of it, for ever: refuse it here, where it can still go to
 	// the dead-letter topic.
-	if s.def.maxBytes > 0 && size > s.def.maxBytes {
+	if size := outputSize(kr); s.def.maxBytes > 0 && size > s.def.maxBytes {
 		return fmt.Errorf("output record of about %d bytes for %s is larger than producer.batch_max_bytes (%d)", size, s.def.topic, s.def.maxBytes)
 	}
 	if stamp {
@@ -191,6 +187,15 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 	}
 	s.prod.Produce(kr)
 	return nil
+}
+
+// outputSize is a generous bound on what kr takes in a batch.
+func outputSize(kr *kgo.Record) int {
+	size := len(kr.Key) + len(kr.Value) + recordOverhead
+	for _, h := range kr.Headers {
+		size += len(h.Key) + len(h.Value) + 8
+	}
+	return size
 }
 
 // passThrough writes kr, a record as the client fetched it from a source
@@ -203,14 +208,8 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 // handed out (the offsets were noted when it was dispatched), and a replay
 // after an abort fetches the input again.
 func (s *sinkOp) passThrough(kr *kgo.Record) bool {
-	if s.def.maxBytes > 0 {
-		size := len(kr.Key) + len(kr.Value) + recordOverhead
-		for _, h := range kr.Headers {
-			size += len(h.Key) + len(h.Value) + 8
-		}
-		if size > s.def.maxBytes {
-			return false
-		}
+	if s.def.maxBytes > 0 && outputSize(kr) > s.def.maxBytes {
+		return false
 	}
 	// What the fetch filled in and the producer does not set itself.
 	kr.Topic, kr.Context = s.def.topic, nil
