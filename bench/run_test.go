@@ -69,18 +69,7 @@ func TestRunOnTheEmbeddedBroker(t *testing.T) {
 // TestGateReadsBackCommittedRecords checks the gate against a real topic:
 // records of an aborted transaction do not count, duplicates do.
 func TestGateReadsBackCommittedRecords(t *testing.T) {
-	b, err := broker.Start(broker.Options{Topics: []string{"g"}, Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.TransactionalID("gate-test"), kgo.DefaultProduceTopic("g"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	ctx, cl, _ := gateTopic(t)
 	txn := func(commit kgo.TransactionEndTry, seqs ...int64) {
 		t.Helper()
 		if err := cl.BeginTransaction(); err != nil {
@@ -104,5 +93,63 @@ func TestGateReadsBackCommittedRecords(t *testing.T) {
 	var ge *GateError
 	if err := gate(ctx, cl, "g", Expect{N: 3}); !errors.As(err, &ge) || ge.Duplicates != 1 {
 		t.Fatalf("gate with a duplicate: %v", err)
+	}
+}
+
+// gateTopic starts an in-process broker with a two-partition topic "g" and
+// a transactional client writing to it, and returns them with the broker's
+// addresses.
+func gateTopic(t *testing.T) (context.Context, *kgo.Client, []string) {
+	t.Helper()
+	b, err := broker.Start(broker.Options{Topics: []string{"g"}, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.TransactionalID("gate-test"), kgo.DefaultProduceTopic("g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return ctx, cl, b.Addrs()
+}
+
+// TestGateWaitsForTheLastCommitsMarkers: an arm's last transaction may be
+// committed without its markers written yet, its records above the last
+// stable offset for a moment. The gate waits for them instead of counting
+// them missing. Here the transaction is decided 300 ms after the gate
+// began reading.
+func TestGateWaitsForTheLastCommitsMarkers(t *testing.T) {
+	ctx, tx, addrs := gateTopic(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	const n = 100
+	if err := tx.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for seq := range int64(n) {
+		if err := tx.ProduceSync(ctx, &kgo.Record{Value: Value(nil, seq, 0, 60)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gated := make(chan error, 1)
+	go func() { gated <- gate(ctx, cl, "g", Expect{N: n}) }()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-gated:
+		t.Fatalf("the gate returned before the transaction was decided: %v", err)
+	default:
+	}
+	if err := tx.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-gated; err != nil {
+		t.Fatal(err)
 	}
 }
