@@ -129,6 +129,7 @@ func (t *task) run() {
 		var slab []Record
 		var src *node
 		var srcTopic string
+		var direct *sinkOp // src's direct sink, if it has one
 		for i, kr := range w.recs {
 			if t.rt.failed() {
 				// A record failed with no dead-letter topic: the
@@ -139,8 +140,12 @@ func (t *task) run() {
 			// when the topic changes, not for every record.
 			if src == nil || kr.Topic != srcTopic {
 				src, srcTopic = t.rt.g.byTopic[kr.Topic], kr.Topic
+				direct = nil
+				if src.direct != nil {
+					direct = t.ops[src.direct.idx].(*sinkOp)
+				}
 			}
-			if src.direct != nil && t.ops[src.direct.idx].(*sinkOp).passThrough(kr) {
+			if direct != nil && direct.passThrough(kr) {
 				continue
 			}
 			var r *Record
