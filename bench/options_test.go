@@ -60,6 +60,9 @@ func TestParseFlags(t *testing.T) {
 		{"an argument", []string{"extra"}, nil, true},
 		{"a linger", []string{"-linger", "0s"}, func(o Options) bool { return o.Linger == 0 }, false},
 		{"a negative linger", []string{"-linger", "-1ms"}, nil, true},
+		{"a latency rate", []string{"-latency-rate", "50000"}, func(o Options) bool { return o.LatencyRate == 50000 }, false},
+		{"a negative latency rate", []string{"-latency-rate", "-1"}, nil, true},
+		{"a latency rate that is no number", []string{"-latency-rate", "NaN"}, nil, true},
 		{"an unknown arm to profile", []string{"-cpuprofile", "x", "-profile-arm", "nope"}, nil, true},
 	}
 	for _, tc := range tests {

@@ -204,7 +204,10 @@ func (h *harness) group(ctx context.Context, size, parts int, warm bool) error {
 	if o.Latency {
 		for _, iv := range o.Intervals {
 			c := Case{Interval: iv, Size: size, Partitions: parts}
-			rate := latencyRate(Summary(h.label, h.arms, c, h.res.Runs, nil))
+			rate := o.LatencyRate
+			if rate == 0 {
+				rate = latencyRate(Summary(h.label, h.arms, c, h.res.Runs, nil))
+			}
 			if rate == 0 {
 				continue
 			}
