@@ -11,11 +11,12 @@ import (
 
 // latency feeds arm a a fresh input at rate records/s and times every
 // output a read_committed reader sees. Only records sent in the measuring
-// window count: from the first output's appearing (the group join and the
-// first checkpoint are start-up, not latency) until the window ends. The
-// input keeps flowing until every one of those is visible, so that the
-// last checkpoint is cut as in a steady stream, not held open for want of
-// input.
+// window count: from the moment the arm has caught up with what was sent
+// before its first output appeared (the group join, the first checkpoint
+// and the backlog they leave are start-up, not latency) until the window
+// ends. The input keeps flowing until every one of those is visible, so
+// that the last checkpoint is cut as in a steady stream, not held open for
+// want of input.
 func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) LatencyRun {
 	l := LatencyRun{Arm: a.Name, IntervalS: c.Interval.Seconds(), Size: c.Size, Partitions: c.Partitions, Rate: rate}
 	name := h.name(a.Name + "-lat")
@@ -77,7 +78,17 @@ func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) Lat
 		stopProducing()
 		return fail(err)
 	}
-	ready := obs.firstAt.Load()
+	// The arm's start-up leaves a backlog: everything sent until its first
+	// output appeared. Records sent while it drains that wait behind it,
+	// which is start-up, not latency, so the window opens once every
+	// record sent before the first output is visible.
+	backlog := prod.sent.Load()
+	if err := wait("draining the start-up backlog", limit, func() bool { return obs.complete.Load() >= backlog }); err != nil {
+		stopProducing()
+		return fail(fmt.Errorf("%w (complete up to %d of %d)", err, obs.complete.Load(), backlog))
+	}
+	ready := time.Now().UnixMicro()
+	l.MeasuredFrom = ready
 	window := max(h.o.LatencyFor, 3*c.Interval)
 	end := time.Now().Add(window)
 	if err := wait("measuring", window+time.Minute, func() bool { return !time.Now().Before(end) }); err != nil {

@@ -3,10 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -87,25 +89,60 @@ func (p *rateProducer) Stop(ctx context.Context, cl *kgo.Client) (int64, error) 
 	return p.sent.Load(), p.err.get()
 }
 
-// observer is a read_committed consumer of an arm's output that notes when
-// each output first appears. Only its own goroutine writes arrivals and
-// sent; read them after Stop.
+// observer times when each output of an arm becomes visible to
+// read_committed readers. A read_committed consumer notes each output and
+// its place (partition, offset); a second client samples the topic's last
+// stable offsets every lsoEvery. An output is visible from the first sample
+// past its offset, or from its polling if that came first. Reading a whole
+// transaction takes the reader time too (a 100 MB checkpoint is 100 MB to
+// fetch); the samples keep that cost, which is the reader's, out of the
+// pipeline's latency. Only its own goroutines write arrivals, sent, where
+// and stable; read them after Stop.
 type observer struct {
 	cl       *kgo.Client
+	adm      *kadm.Client
+	topic    string
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	keep     func(seq int64) bool // the arm's filter; nil: every seq has an output
 	arrivals []int64              // by seq: Unix microseconds it was polled; 0: not yet
 	sent     []int64              // by seq: the send time in its value
+	where    []place              // by seq: where the output is
+	stable   map[int32][]lsoSample
 	distinct atomic.Int64
 	// complete is the lowest seq whose output is still to come: every
 	// output below it has appeared.
 	complete atomic.Int64
 	firstAt  atomic.Int64 // Unix microseconds of the first output
 	err      firstErr
+	// afterPoll, if set before start, runs after each poll (tests slow the
+	// reader with it).
+	afterPoll func()
 }
 
+type place struct {
+	partition int32
+	offset    int64
+}
+
+// lsoSample is a partition's last stable offset as of a moment (Unix
+// microseconds, taken when the answer came).
+type lsoSample struct {
+	at, lso int64
+}
+
+const lsoEvery = 10 * time.Millisecond
+
 func startObserver(ctx context.Context, seeds []string, topic string, keep func(int64) bool) (*observer, error) {
+	o, err := newObserver(seeds, topic, keep)
+	if err != nil {
+		return nil, err
+	}
+	o.start(ctx)
+	return o, nil
+}
+
+func newObserver(seeds []string, topic string, keep func(int64) bool) (*observer, error) {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(seeds...),
 		kgo.ClientID("bench-observer"),
@@ -113,15 +150,21 @@ func startObserver(ctx context.Context, seeds []string, topic string, keep func(
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.FetchMaxBytes(64<<20),
+		kgo.FetchMaxPartitionBytes(32<<20),
 	)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	o := &observer{cl: cl, cancel: cancel, keep: keep}
+	return &observer{cl: cl, adm: kadm.NewClient(cl), topic: topic, keep: keep, stable: map[int32][]lsoSample{}}, nil
+}
+
+func (o *observer) start(ctx context.Context) {
+	ctx, o.cancel = context.WithCancel(ctx)
+	o.wg.Go(func() { o.sampleStable(ctx) })
 	o.wg.Go(func() {
 		for {
-			fs := cl.PollFetches(ctx)
+			fs := o.cl.PollFetches(ctx)
 			if ctx.Err() != nil {
 				return
 			}
@@ -138,9 +181,11 @@ func startObserver(ctx context.Context, seeds []string, topic string, keep func(
 				for int64(len(o.arrivals)) <= seq {
 					o.arrivals = append(o.arrivals, 0)
 					o.sent = append(o.sent, 0)
+					o.where = append(o.where, place{})
 				}
 				if o.arrivals[seq] == 0 {
 					o.arrivals[seq], o.sent[seq] = now, ts
+					o.where[seq] = place{r.Partition, r.Offset}
 					o.distinct.Add(1)
 				}
 			})
@@ -152,9 +197,54 @@ func startObserver(ctx context.Context, seeds []string, topic string, keep func(
 				low++
 			}
 			o.complete.Store(low)
+			if o.afterPoll != nil {
+				o.afterPoll()
+			}
 		}
 	})
-	return o, nil
+}
+
+// sampleStable notes every rise of each partition's last stable offset.
+func (o *observer) sampleStable(ctx context.Context) {
+	t := time.NewTicker(lsoEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lsos, err := o.adm.ListCommittedOffsets(ctx, o.topic)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			continue // a missed sample only makes outputs look later
+		}
+		now := time.Now().UnixMicro()
+		lsos.Each(func(lo kadm.ListedOffset) {
+			if lo.Err != nil {
+				return
+			}
+			s := o.stable[lo.Partition]
+			if n := len(s); n == 0 || s[n-1].lso < lo.Offset {
+				o.stable[lo.Partition] = append(s, lsoSample{now, lo.Offset})
+			}
+		})
+	}
+}
+
+// visibleAt returns when the output of seq became visible: the first
+// sample of its partition's last stable offset past it, or its polling if
+// that was earlier.
+func (o *observer) visibleAt(seq int64) int64 {
+	at, w := o.arrivals[seq], o.where[seq]
+	s := o.stable[w.partition]
+	i := sort.Search(len(s), func(i int) bool { return s[i].lso > w.offset })
+	if i < len(s) && s[i].at < at {
+		at = s[i].at
+	}
+	return at
 }
 
 // Stop stops the observer and closes its client.
@@ -165,14 +255,14 @@ func (o *observer) Stop() {
 }
 
 // latencies returns, for every seq below n sent at or after from (Unix
-// microseconds), the time from its sending to its appearing.
+// microseconds), the time from its sending to its becoming visible.
 func (o *observer) latencies(from, n int64) []time.Duration {
 	var out []time.Duration
 	for seq := int64(0); seq < n && seq < int64(len(o.arrivals)); seq++ {
 		if o.arrivals[seq] == 0 || o.sent[seq] < from {
 			continue
 		}
-		out = append(out, time.Duration(o.arrivals[seq]-o.sent[seq])*time.Microsecond)
+		out = append(out, time.Duration(o.visibleAt(seq)-o.sent[seq])*time.Microsecond)
 	}
 	return out
 }

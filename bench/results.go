@@ -55,11 +55,14 @@ type LatencyRun struct {
 	Sent       int64   `json:"sent"`     // records sent in all
 	Commits    int64   `json:"commits"`  // transactions committed with records
 	Aborts     int64   `json:"aborts"`
-	Measured   int     `json:"measured"` // outputs timed (sent after the first output appeared)
-	P50Ms      float64 `json:"p50_ms"`
-	P99Ms      float64 `json:"p99_ms"`
-	MaxMs      float64 `json:"max_ms"`
-	Err        string  `json:"error,omitempty"`
+	Measured   int     `json:"measured"` // outputs timed: those sent in the window
+	// MeasuredFrom is when the window opened (Unix microseconds): once
+	// everything sent before the first output was visible.
+	MeasuredFrom int64   `json:"measured_from_us,omitempty"`
+	P50Ms        float64 `json:"p50_ms"`
+	P99Ms        float64 `json:"p99_ms"`
+	MaxMs        float64 `json:"max_ms"`
+	Err          string  `json:"error,omitempty"`
 }
 
 // Row is one arm in one configuration, over all rounds.

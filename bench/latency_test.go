@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pipeline-run/pipeline/broker"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestLatencyWindowOpensAfterTheStartUpBacklog: an arm that stalls after
+// its first output (as one still joining its group or cutting its first
+// checkpoint does) leaves a backlog of records sent meanwhile. Their wait
+// is start-up, not latency: the window opens only once they are visible.
+// Before, it opened at the first output and every record sent during the
+// stall counted, a tail of up to the stall's length.
+func TestLatencyWindowOpensAfterTheStartUpBacklog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a broker")
+	}
+	b, err := broker.Start(broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	h := &harness{
+		o:     Options{LatencyFor: 300 * time.Millisecond, MaxRecords: 1000, Linger: 5 * time.Millisecond, RunTimeout: 30 * time.Second},
+		seeds: b.Addrs(), cl: cl, adm: kadm.NewClient(cl), id: "bench-latency-test",
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+
+	const stall = time.Second
+	var stalledUntil, sentDuring atomic.Int64
+	a := &Arm{Name: "stall", run: func(ctx context.Context, e *env) error {
+		cl, err := kgo.NewClient(e.clientOpts()...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		pctx := context.WithoutCancel(ctx)
+		first := true
+		for {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				break
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				cl.Produce(pctx, &kgo.Record{Topic: e.out, Key: r.Key, Value: r.Value}, nil)
+			})
+			if first && !fs.Empty() {
+				first = false
+				if err := cl.Flush(ctx); err != nil {
+					return err
+				}
+				before := endOffsets(cl, e.in)
+				time.Sleep(stall)
+				sentDuring.Store(endOffsets(cl, e.in) - before)
+				stalledUntil.Store(time.Now().UnixMicro())
+			}
+		}
+		return cl.Flush(pctx)
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l := h.latency(ctx, a, Case{Interval: 100 * time.Millisecond, Size: 100, Partitions: 2}, 2000)
+	if l.Err != "" {
+		t.Fatal(l.Err)
+	}
+	if stalledUntil.Load() == 0 || sentDuring.Load() < 100 {
+		t.Fatalf("the stall did not leave a backlog: %d records sent during it", sentDuring.Load())
+	}
+	if l.MeasuredFrom < stalledUntil.Load() {
+		t.Errorf("the window opened %v before the arm's stall ended", time.Duration(stalledUntil.Load()-l.MeasuredFrom)*time.Microsecond)
+	}
+	if l.Measured == 0 {
+		t.Error("no output timed")
+	}
+	t.Logf("stall left %d records behind; window opened %v after it; %d timed, p99 %.0f ms, max %.0f ms",
+		sentDuring.Load(), time.Duration(l.MeasuredFrom-stalledUntil.Load())*time.Microsecond, l.Measured, l.P99Ms, l.MaxMs)
+}
+
+// endOffsets sums topic's end offsets: how many records it holds.
+func endOffsets(cl *kgo.Client, topic string) int64 {
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	ends.Each(func(lo kadm.ListedOffset) { n += lo.Offset })
+	return n
+}
+
+// TestObserverTimesVisibilityNotReading: an output is visible once its
+// transaction commits, however long its reader then takes to fetch it.
+// Here the reader sleeps a second after each poll, and the transaction
+// commits while it sleeps; the latency is still the commit's, from the
+// last stable offsets sampled meanwhile.
+func TestObserverTimesVisibilityNotReading(t *testing.T) {
+	ctx, tx, addrs := gateTopic(t)
+	const slow = time.Second
+	o, err := newObserver(addrs, "g", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var polls atomic.Int64
+	o.afterPoll = func() { polls.Add(1); time.Sleep(slow) }
+	o.start(ctx)
+	defer o.Stop()
+
+	// A first transaction of seq 0 sets the reader to sleep; the second,
+	// seqs 1 to n-1, commits while it sleeps.
+	const n = 50
+	txn := func(sent int64, seqs ...int64) {
+		t.Helper()
+		if err := tx.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, seq := range seqs {
+			if err := tx.ProduceSync(ctx, &kgo.Record{Key: Key(nil, seq), Value: Value(nil, seq, sent, 100)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn(time.Now().UnixMicro(), 0)
+	for polls.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the first output was never polled")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sent := time.Now().UnixMicro()
+	seqs := make([]int64, 0, n-1)
+	for seq := int64(1); seq < n; seq++ {
+		seqs = append(seqs, seq)
+	}
+	txn(sent, seqs...)
+	committed := time.Now().UnixMicro()
+	for o.complete.Load() < n {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d outputs seen", o.complete.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	o.Stop()
+
+	lats := o.latencies(sent, n)
+	if len(lats) != n-1 {
+		t.Fatalf("%d latencies, want %d", len(lats), n-1)
+	}
+	var lastPolled int64
+	for _, at := range o.arrivals {
+		lastPolled = max(lastPolled, at)
+	}
+	if polls.Load() == 0 || lastPolled-committed < (slow/2).Microseconds() {
+		t.Fatalf("the reader was not slow: %d polls, last output polled %v after the commit", polls.Load(), time.Duration(lastPolled-committed)*time.Microsecond)
+	}
+	visible := time.Duration(committed-sent) * time.Microsecond
+	for i, l := range lats {
+		if seq := i + 1; l > visible+slow/2 {
+			t.Errorf("seq %d: latency %v; the commit returned %v after sending, and the reader polled it %v after", seq, l, visible, time.Duration(o.arrivals[seq]-sent)*time.Microsecond)
+		}
+	}
+}
