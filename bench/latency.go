@@ -34,7 +34,10 @@ func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) Lat
 		return fail(err)
 	}
 	defer obs.Stop()
-	pcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.seeds...), kgo.ClientID("bench-rate")}, tuning(h.o.Linger)...)...)
+	// The input is sent without lingering: the time an upstream producer
+	// holds a record back is its own, not the arm's, and it stamps the
+	// record before it does. (-linger is the arms'.)
+	pcl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.seeds...), kgo.ClientID("bench-rate")}, tuning(0)...)...)
 	if err != nil {
 		return fail(err)
 	}
