@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"strings"
@@ -53,6 +54,40 @@ var jsonCases = []string{
 	// invalid
 	`{"a":1,}`, `[1,]`, `{"a"}`, `{"a":}`, `01`, `1.`, `.5`, `-`, `+1`, `1e`, `"abc`, `"\x"`, `"\u12"`, "\"a\x01\"",
 	`tru`, `nul`, `[1 2]`, `{"a":1 "b":2}`, `1 2`, ``, `   `, `{1:2}`, `[`, `{`, `"\`,
+	// long strings, scanned a word at a time: a special byte in each
+	// position of a word, and bytes at and above 0x80
+	`"0123456789abcdef\"0123456789"`, `"01234567\n89abcdef"`, `"0123456\\789abcdef0123"`,
+	"\"012345678\x1f9abcdef\"", "\"0123456789abcde\x7f\x80\xff\xc3\xa9xyz0123456789\"",
+	`"0123456789abcdef0123456789abcdef`, `{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","seq":1}`,
+	"\"\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\\u00e9\xe2\x82\xac\"",
+}
+
+// TestPlainPrefixStopsAtTheWordOfTheFirstSpecialByte: the word-at-a-time
+// scan skips exactly the whole words before the first quote, backslash or
+// control byte, never one holding such a byte.
+func TestPlainPrefixStopsAtTheWordOfTheFirstSpecialByte(t *testing.T) {
+	alphabet := []byte{'a', 'Z', '0', ' ', '!', '#', '[', ']', '"', '\\', 0, 0x1f, 0x20, 0x21, 0x5b, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			if rng.IntN(8) == 0 {
+				b[i] = alphabet[8+rng.IntN(4)] // a special byte now and then
+			} else {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+		}
+		k := len(b)
+		for i, c := range b {
+			if c == '"' || c == '\\' || c < 0x20 {
+				k = i
+				break
+			}
+		}
+		if got, want := plainPrefix(b), k/8*8; got != want {
+			t.Fatalf("plainPrefix(%q) = %d, want %d", b, got, want)
+		}
+	}
 }
 
 func TestDecodeJSONAgreesWithEncodingJSON(t *testing.T) {
@@ -102,6 +137,17 @@ func BenchmarkDecodeJSON(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := decodeJSON(doc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The bench tool's 1 KB records: two numbers and a padding string.
+	padded := []byte(`{"seq":12345,"ts":1795955790878123,"pad":"` + strings.Repeat("x", 980) + `"}`)
+	b.Run("ours-1KB-padded", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(padded)))
+		for b.Loop() {
+			if _, err := decodeJSON(padded); err != nil {
 				b.Fatal(err)
 			}
 		}
