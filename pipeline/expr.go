@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
@@ -38,6 +39,12 @@ type Expr struct {
 	src  string
 	prog *vm.Program
 	uses envField
+	// valueFields are the top-level fields of value the expression reads
+	// by name (value.f, value?.f, value["f"]). wholeValue is set when it
+	// reads value any other way: passes it on, ranges over it, indexes it
+	// with a computed name, or reaches it through $env.
+	valueFields []string
+	wholeValue  bool
 }
 
 // ExprResult constrains what an expression must return.
@@ -69,7 +76,58 @@ func compileExpr(src string, want ExprResult, fastMembers bool) (*Expr, error) {
 	e := &Expr{src: src, prog: prog}
 	node := prog.Node()
 	ast.Walk(&node, &usesVisitor{uses: &e.uses})
+	fv := &fieldsVisitor{}
+	ast.Walk(&node, fv)
+	e.valueFields, e.wholeValue = fv.fields, fv.named < fv.all
 	return e, nil
+}
+
+// fieldsVisitor finds the fields of value an expression reads. It counts
+// every mention of value, and those that are a field access by a constant
+// name: when the counts differ, value is read some other way. A variable
+// of a let named value counts as value, which errs on the side of reading.
+type fieldsVisitor struct {
+	fields     []string
+	named, all int
+}
+
+func (v *fieldsVisitor) Visit(n *ast.Node) {
+	var obj, prop ast.Node
+	switch t := (*n).(type) {
+	case *ast.IdentifierNode:
+		switch t.Value {
+		case "value":
+			v.all++
+		case "$env":
+			v.all++ // $env.value, $env["value"]: count it as a whole read
+		}
+		return
+	case *ast.CallNode:
+		// What memberPatcher made of value.f.
+		if id, ok := t.Callee.(*ast.IdentifierNode); !ok || id.Value != memberFunc || len(t.Arguments) != 2 {
+			return
+		}
+		obj, prop = t.Arguments[0], t.Arguments[1]
+	case *ast.MemberNode:
+		if t.Method {
+			return
+		}
+		obj, prop = t.Node, t.Property
+	default:
+		return
+	}
+	id, ok := obj.(*ast.IdentifierNode)
+	if !ok || id.Value != "value" {
+		return
+	}
+	name, ok := prop.(*ast.StringNode)
+	if !ok {
+		return
+	}
+	v.named++
+	if !slices.Contains(v.fields, name.Value) {
+		v.fields = append(v.fields, name.Value)
+	}
 }
 
 // memberFunc is what memberPatcher turns field access on untyped values

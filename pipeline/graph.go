@@ -35,6 +35,9 @@ type node struct {
 	internal   bool // a source reading a key_by step's repartition topic
 
 	keyFormat, valueFormat Format // sources
+	// proj is what sources decode JSON values with: the fields the graph's
+	// expressions read, or nil for all of each value.
+	proj *projection
 	// direct is set on a source whose one reader is a sink writing records
 	// as they were read: see directSink.
 	direct *node
@@ -81,6 +84,7 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 		reg = NewRegistry()
 	}
 	var errs BuildErrors
+	var reads valueReads
 	errf := func(path, format string, args ...any) {
 		errs = append(errs, &BuildError{Path: path, Line: cfg.Line(path), Msg: fmt.Sprintf(format, args...)})
 	}
@@ -173,7 +177,7 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 		default:
 			errf(st.Path+".from", "required: there are several sources")
 		}
-		spec := &Spec{Name: st.Name, Kind: st.Kind, Path: opPath, Value: st.Spec, Inputs: len(n.inputs), line: cfg.Line, errs: &errs}
+		spec := &Spec{Name: st.Name, Kind: st.Kind, Path: opPath, Value: st.Spec, Inputs: len(n.inputs), line: cfg.Line, errs: &errs, reads: &reads}
 		if st.Kind == "key_by" {
 			// Two nodes: the writing half takes the step's inputs, and a
 			// source reading the repartition topic takes its name, so
@@ -213,6 +217,9 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 				g.stages = append(g.stages, n.parallel)
 			}
 		} else if f, ok := reg.lookup(st.Kind); ok && f != nil {
+			if !builtinKinds[st.Kind] {
+				reads.whole = true
+			}
 			before := len(errs)
 			def, err := f(spec)
 			if err != nil {
@@ -253,7 +260,7 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 		default:
 			errf(sk.Path+".from", "required: there are several sources and no steps")
 		}
-		n.sink = buildSink(sk, cfg.Producer.BatchMaxBytes, cfg.Audit.SourcePositions, cfg.Line, &errs)
+		n.sink = buildSink(sk, cfg.Producer.BatchMaxBytes, cfg.Audit.SourcePositions, cfg.Line, &errs, &reads)
 		if ok {
 			n.inputs = []streamRef{ref}
 			n.afterParallel = ref.node.afterParallel || ref.node.parallel != nil
@@ -307,9 +314,11 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 		})
 		return nil, errs
 	}
+	proj := reads.projection()
 	for _, n := range g.nodes {
 		if n.kind == sourceNode {
 			n.direct = directSink(n)
+			n.proj = proj
 		}
 	}
 	return g, nil

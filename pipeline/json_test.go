@@ -60,6 +60,14 @@ var jsonCases = []string{
 	"\"012345678\x1f9abcdef\"", "\"0123456789abcde\x7f\x80\xff\xc3\xa9xyz0123456789\"",
 	`"0123456789abcdef0123456789abcdef`, `{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","seq":1}`,
 	"\"\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\\u00e9\xe2\x82\xac\"",
+	// fields skipped when only some are decoded: valid and invalid values
+	// of every kind, keys with escapes and bytes above 0x7f, repeated keys
+	`{"seq":1,"pad":{"x":[1,{"y":"z"}],"e":{}},"a":[]}`, `{"s\u0065q":1,"pad":"x"}`, "{\"\xc3\xa9\":1,\"seq\":2}",
+	`{"a":1,"a":2,"seq":3,"seq":{"b":4}}`, `{"pad":"\u00e9\ud83d\ude00\ud83d\u0041\\\/\b","seq":-1.5e3}`,
+	`{"pad":"\x","seq":1}`, `{"pad":"\u12G4","seq":1}`, `{"pad":"\ud83d\u12G4","seq":1}`, "{\"pad\":\"a\x01\",\"seq\":1}",
+	`{"pad":[1,],"seq":1}`, `{"pad":{"x" 1},"seq":1}`, `{"pad":{"x":1,},"seq":1}`, `{"pad":{1:2},"seq":1}`, `{"pad":01,"seq":1}`,
+	`{"pad":1e400,"seq":1}`, `{"pad":tru,"seq":1}`, `{"pad":[1 2],"seq":1}`, `{"pad":"abc`, `{"pad":[`, `{"pad":{`, `{"pad":`,
+	`{"seq":1,"pad":"x"} x`, `{"seq":1 "pad":2}`, `{"seq":1,}`, `{"pad":nul}`, `{"pad":-}`, `{"pad":"\`,
 }
 
 // TestPlainPrefixStopsAtTheWordOfTheFirstSpecialByte: the word-at-a-time
@@ -116,6 +124,44 @@ func checkJSON(t *testing.T, b []byte) {
 	if gerr == nil && !reflect.DeepEqual(got, want) && !nanEqual(got, want) {
 		t.Fatalf("%q:\n got %#v\nwant %#v", b, got, want)
 	}
+	// Decoding a few fields refuses and keeps exactly what decoding all
+	// of them does.
+	checkProjected(t, b, nil)
+	checkProjected(t, b, []string{"a", "seq"})
+	if m, ok := got.(map[string]any); ok {
+		for k := range m {
+			checkProjected(t, b, []string{k})
+			break
+		}
+	}
+}
+
+// checkProjected checks decodeJSONFields(b) with the named fields against
+// decodeJSON(b): the same error or none, and the same top-level object
+// with only those fields.
+func checkProjected(t *testing.T, b []byte, names []string) {
+	t.Helper()
+	full, ferr := decodeJSON(b)
+	got, gerr := decodeJSONFields(b, newProjection(names))
+	if (gerr == nil) != (ferr == nil) {
+		t.Fatalf("%q with fields %q: error %v, decoding all says %v", b, names, gerr, ferr)
+	}
+	if ferr != nil {
+		return
+	}
+	want := full
+	if m, ok := full.(map[string]any); ok && bytes.TrimLeft(b, " \t\r\n")[0] == '{' {
+		kept := map[string]any{}
+		for _, n := range names {
+			if v, ok := m[n]; ok {
+				kept[n] = v
+			}
+		}
+		want = kept
+	}
+	if !reflect.DeepEqual(got, want) && !nanEqual(got, want) {
+		t.Fatalf("%q with fields %q:\n got %#v\nwant %#v", b, names, got, want)
+	}
 }
 
 func nanEqual(a, b any) bool {
@@ -128,6 +174,55 @@ func TestDecodeJSONRefusesDeepNesting(t *testing.T) {
 	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
 	if _, err := decodeJSON([]byte(deep)); err == nil || !strings.Contains(err.Error(), "nested deeper") {
 		t.Fatalf("got %v", err)
+	}
+	// A field nobody reads is skipped with the same bound.
+	for _, open := range []string{"[", `{"x":`} {
+		close := map[string]string{"[": "]", `{"x":`: "}"}[open]
+		doc := `{"seq":1,"pad":` + strings.Repeat(open, 100000) + "1" + strings.Repeat(close, 100000) + "}"
+		if _, err := decodeJSONFields([]byte(doc), newProjection([]string{"seq"})); err == nil || !strings.Contains(err.Error(), "nested deeper") {
+			t.Fatalf("%s…: got %v", doc[:30], err)
+		}
+	}
+	// Just within the bound, both decode it.
+	ok := `{"seq":1,"pad":` + strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth) + "}"
+	if _, err := decodeJSON([]byte(ok)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decodeJSONFields([]byte(ok), newProjection([]string{"seq"})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDecodeJSONFieldsWithManyNames: past eight names the lookup is a map;
+// it must find the same fields.
+func TestDecodeJSONFieldsWithManyNames(t *testing.T) {
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "seq"}
+	p := newProjection(names)
+	if p.set == nil {
+		t.Fatal("ten names are looked up in a list; the map path is not tested")
+	}
+	for _, c := range jsonCases {
+		checkProjected(t, []byte(c), names)
+	}
+}
+
+// TestDecodeJSONFieldsBuildsNothingItSkips: decoding the bench's 1 KB
+// record for its two numbers makes the map and the two numbers, not the
+// padding string, so it allocates less than decoding all of it.
+func TestDecodeJSONFieldsBuildsNothingItSkips(t *testing.T) {
+	padded := []byte(`{"seq":12345,"ts":1795955790878123,"pad":"` + strings.Repeat("x", 980) + `"}`)
+	p := newProjection([]string{"seq", "ts"})
+	all := testing.AllocsPerRun(100, func() { _, _ = decodeJSON(padded) })
+	some := testing.AllocsPerRun(100, func() { _, _ = decodeJSONFields(padded, p) })
+	if some >= all {
+		t.Fatalf("decoding seq and ts made %v allocations, decoding all %v", some, all)
+	}
+	v, err := decodeJSONFields(padded, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]any{"seq": 12345, "ts": 1795955790878123}; !reflect.DeepEqual(v, want) {
+		t.Fatalf("got %#v", v)
 	}
 }
 
@@ -148,6 +243,17 @@ func BenchmarkDecodeJSON(b *testing.B) {
 		b.SetBytes(int64(len(padded)))
 		for b.Loop() {
 			if _, err := decodeJSON(padded); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The keyed-count arm reads seq and ts of it.
+	seqTS := newProjection([]string{"seq", "ts"})
+	b.Run("ours-1KB-padded-2-fields", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(padded)))
+		for b.Loop() {
+			if _, err := decodeJSONFields(padded, seqTS); err != nil {
 				b.Fatal(err)
 			}
 		}

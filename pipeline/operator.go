@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -120,8 +121,9 @@ type Spec struct {
 	Value  any    // the YAML value under the kind key: string, number, bool, []any or map[string]any
 	Inputs int    // how many streams the step reads
 
-	line func(path string) int
-	errs *BuildErrors
+	line  func(path string) int
+	errs  *BuildErrors
+	reads *valueReads // what the graph's expressions read of record values
 }
 
 // Errorf records a problem at Path + sub (sub may be "" or start with "." or "[").
@@ -146,7 +148,47 @@ func (s *Spec) Expr(sub, src string, want ExprResult) *Expr {
 		s.Errorf(sub, "%v", err)
 		return nil
 	}
+	s.reads.add(e)
 	return e
+}
+
+// valueReads gathers what the expressions of a graph read of record
+// values, for the projection its sources decode with.
+type valueReads struct {
+	fields []string
+	whole  bool // some step reads values whole, or in ways unknown
+}
+
+func (r *valueReads) add(e *Expr) {
+	if r == nil || e.uses&useValue == 0 {
+		return
+	}
+	if e.wholeValue {
+		r.whole = true
+	}
+	for _, f := range e.valueFields {
+		if !slices.Contains(r.fields, f) {
+			r.fields = append(r.fields, f)
+		}
+	}
+}
+
+// projection returns what sources decode JSON values with: nil (all of
+// each value) when anything reads values whole.
+func (r *valueReads) projection() *projection {
+	if r.whole {
+		return nil
+	}
+	return newProjection(r.fields)
+}
+
+// builtinKinds are the kinds NewRegistry registers. A registry cannot
+// replace them, so a step of one of these kinds is the built-in operator,
+// whose every read of a record goes through its expressions. Any other
+// operator may read values as it likes.
+var builtinKinds = map[string]bool{
+	"filter": true, "map": true, "flat_map": true, "split": true, "route": true,
+	"union": true, "aggregate": true, "dedupe": true,
 }
 
 // Decode copies a map spec into the struct pointed to by into, matching

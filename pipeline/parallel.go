@@ -74,7 +74,10 @@ func buildParallel(s *Spec, reg *Registry) *parallelDef {
 		s.Errorf("."+kind, "unknown operator %q (known: %v)", kind, reg.Kinds())
 		return nil
 	}
-	inner := &Spec{Name: s.Name, Kind: kind, Path: s.Path + "." + kind, Value: m[kind], Inputs: s.Inputs, line: s.line, errs: s.errs}
+	if !builtinKinds[kind] && s.reads != nil {
+		s.reads.whole = true
+	}
+	inner := &Spec{Name: s.Name, Kind: kind, Path: s.Path + "." + kind, Value: m[kind], Inputs: s.Inputs, line: s.line, errs: s.errs, reads: s.reads}
 	def, err := f(inner)
 	if err != nil {
 		inner.Errorf("", "%v", err)

@@ -67,6 +67,7 @@ type Header struct {
 type Value struct {
 	raw     []byte
 	obj     any
+	proj    *projection // JSON: the only fields anything reads; nil for all
 	format  Format
 	decoded bool // obj holds the decoded raw
 	dirty   bool // obj was set by an operator; raw is stale
@@ -78,7 +79,9 @@ func RawValue(b []byte, f Format) Value { return Value{raw: b, format: f} }
 // ObjectValue returns a Value holding an already decoded Go value.
 func ObjectValue(v any) Value { return Value{obj: v, decoded: true, dirty: true} }
 
-// Get returns the decoded value, decoding it on first use.
+// Get returns the decoded value, decoding it on first use. A JSON object
+// read by the runtime holds only the fields the graph's expressions name,
+// unless a step of the graph is not a built-in one (see Graph.projection).
 func (v *Value) Get() (any, error) {
 	if v.decoded {
 		return v.obj, nil
@@ -93,7 +96,7 @@ func (v *Value) Get() (any, error) {
 			v.obj = nil
 			break
 		}
-		x, err := decodeJSON(v.raw)
+		x, err := decodeJSONFields(v.raw, v.proj)
 		if err != nil {
 			return nil, &DecodeError{Err: err}
 		}

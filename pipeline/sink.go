@@ -27,8 +27,8 @@ type sinkDef struct {
 // deltas).
 const recordOverhead = 64
 
-func buildSink(sk *config.Sink, maxBytes int32, positions bool, line func(string) int, errs *BuildErrors) *sinkDef {
-	spec := &Spec{Name: sk.Name, Kind: "sink", Path: sk.Path, line: line, errs: errs}
+func buildSink(sk *config.Sink, maxBytes int32, positions bool, line func(string) int, errs *BuildErrors, reads *valueReads) *sinkDef {
+	spec := &Spec{Name: sk.Name, Kind: "sink", Path: sk.Path, line: line, errs: errs, reads: reads}
 	d := &sinkDef{name: sk.Name, path: sk.Path, topic: sk.Topic, partitions: sk.Partitions, maxBytes: int(maxBytes), positions: positions}
 	var err error
 	if d.valueFormat, err = ParseFormat(sk.Format); err != nil {

@@ -151,6 +151,7 @@ func (t *task) run() {
 			var r *Record
 			if src.internal {
 				r = repartitionRecord(kr)
+				r.Value.proj = src.proj
 			} else {
 				if len(slab) == 0 {
 					slab = make([]Record, len(w.recs)-i)
@@ -158,6 +159,7 @@ func (t *task) run() {
 				r = &slab[0]
 				slab = slab[1:]
 				r.init(kr, src.keyFormat, src.valueFormat)
+				r.Value.proj = src.proj
 			}
 			t.deliver(src, "", r)
 		}
