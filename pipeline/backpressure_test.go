@@ -131,9 +131,11 @@ func TestSlowBrokerSlowsTheSource(t *testing.T) {
 	// A task blocked in Produce counts on top of the buffer, as does the
 	// coordinator writing progress records.
 	produceBound := buffer + partitions + 1
-	// Between the poll and the producer: the batch being handed out, and
-	// per task four queued batches (newTask) and the one in process.
-	insideBound := poll*(1+5*partitions) + produceBound
+	// Between the poll and the producer: at most max_poll_records handed
+	// to the tasks and not yet processed (waitForRoom), whatever the
+	// number of tasks. (Before that bound, four queued batches per task
+	// and the one in process: here up to 720 records were inside.)
+	insideBound := poll + produceBound
 
 	// check runs the pipeline on k until its input is committed, sampling
 	// the gauges, and checks the bounds and the output. during, if set,
@@ -266,4 +268,39 @@ func TestSlowBrokerSlowsTheSource(t *testing.T) {
 	t.Logf("slow (%s per produce request, %d held in the %s window, %d in all): %.0f records/s read (%s), peaks %+v",
 		delay, heldInWindow, window, held.Load(), slowRate, times, *slowPeaks)
 	t.Logf("bounds: producer %d, fetch %d bytes, read and not settled %d", produceBound, fetchBytes, insideBound)
+}
+
+// TestReadingWaitsForTheTasks: with max_poll_records records handed out
+// and unprocessed, reading waits until the tasks are down to half of that,
+// then may read up to the bound again; it gives up when its context ends.
+func TestReadingWaitsForTheTasks(t *testing.T) {
+	cfg := parseConfig(t, "sources: {in: {topics: [in]}}\nsinks: {out: {topic: out}}\nconsumer: {max_poll_records: 100}\n")
+	rt := &runtime{cfg: cfg, room: make(chan struct{}, 1)}
+	if got := rt.waitForRoom(context.Background()); got != 100 {
+		t.Fatalf("with nothing handed out: room for %d, want 100", got)
+	}
+	rt.queued.Add(100)
+	got := make(chan int, 1)
+	go func() { got <- rt.waitForRoom(context.Background()) }()
+	rt.processed(30) // 70 left: still more than half
+	select {
+	case n := <-got:
+		t.Fatalf("reading went on with 70 of 100 records unprocessed (room %d)", n)
+	case <-time.After(50 * time.Millisecond):
+	}
+	rt.processed(25) // 45 left
+	select {
+	case n := <-got:
+		if n != 55 {
+			t.Fatalf("room for %d with 45 unprocessed, want 55", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading still waits with 45 of 100 records unprocessed")
+	}
+	rt.queued.Add(55)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if n := rt.waitForRoom(ctx); n != 0 {
+		t.Fatalf("with the bound reached and the context ended: room %d, want 0", n)
+	}
 }

@@ -163,6 +163,7 @@ func (t *task) run() {
 			}
 			t.deliver(src, "", r)
 		}
+		t.rt.processed(len(w.recs))
 	}
 }
 
