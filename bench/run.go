@@ -325,8 +325,14 @@ func (h *harness) createTopics(ctx context.Context, parts int, topics ...string)
 	if err := resp.Error(); err != nil {
 		return fmt.Errorf("creating %v: %w", topics, err)
 	}
-	// Wait until the metadata has every partition with a leader, so that
-	// no client starts on a topic the broker is still setting up.
+	// Wait until the metadata has every partition with a leader, and the
+	// leader answers for it, so that no client starts on a topic the
+	// broker is still setting up. The metadata names a leader before the
+	// leader takes the partition on: a producer then gets
+	// NOT_LEADER_FOR_PARTITION, and franz-go waits for its next metadata
+	// refresh, up to 5 s (MetadataMinAge), holding that partition's
+	// records. In latency runs that stalled one input partition in a few,
+	// and its records counted as seconds of latency.
 	for {
 		md, err := h.adm.Metadata(cctx, topics...)
 		if err == nil {
@@ -339,6 +345,16 @@ func (h *harness) createTopics(ctx context.Context, parts int, topics ...string)
 				}
 				for _, p := range d.Partitions {
 					if p.Leader < 0 || p.Err != nil {
+						ready = false
+					}
+				}
+			}
+			if ready {
+				// ListOffsets is answered by the partition's leader only.
+				offs, err := h.adm.ListEndOffsets(cctx, topics...)
+				ready = err == nil && offs.Error() == nil
+				for _, t := range topics {
+					if len(offs[t]) != parts {
 						ready = false
 					}
 				}
