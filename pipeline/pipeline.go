@@ -292,13 +292,13 @@ type runtime struct {
 	hasErr  atomic.Bool
 
 	dlqLogged atomic.Int64 // unix seconds of the last dead-letter log line
+	dlqQuiet  atomic.Int64 // dead letters not logged since
 
 	// queued counts the records handed to tasks and not yet processed;
 	// see waitForRoom. room gets a token when a task brings it to half
 	// its bound or below.
 	queued atomic.Int64
 	room   chan struct{}
-	dlqQuiet  atomic.Int64 // dead letters not logged since
 }
 
 // Produce sends an output (a sink's record or a dead letter) within the
