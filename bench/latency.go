@@ -90,6 +90,14 @@ func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) Lat
 		stopProducing()
 		return fail(fmt.Errorf("%w (complete up to %d of %d)", err, obs.complete.Load(), backlog))
 	}
+	// Then it catches up on what arrived while it drained: still
+	// start-up. How long that takes depends on the arm and the machine;
+	// the settle period is the same for every arm.
+	settled := time.Now().Add(h.o.LatencySettle)
+	if err := wait("settling", h.o.LatencySettle+time.Minute, func() bool { return !time.Now().Before(settled) }); err != nil {
+		stopProducing()
+		return fail(err)
+	}
 	ready := time.Now().UnixMicro()
 	l.MeasuredFrom = ready
 	window := max(h.o.LatencyFor, 3*c.Interval)

@@ -27,6 +27,7 @@ type Options struct {
 	Latency         bool            // also measure latency at a fixed rate
 	LatencyFor      time.Duration   // how long each latency run measures (at least 3 intervals)
 	LatencyRate     float64         // records/s of the latency runs; 0: half the slowest arm's throughput
+	LatencySettle   time.Duration   // how long a latency run goes on after its start-up backlog is visible before it measures
 	MaxRecords      int             // checkpoint.max_records, and the peer's records per transaction
 	Linger          time.Duration   // producer linger of every arm (the pipeline's producer.linger)
 	RunTimeout      time.Duration   // one arm run's limit
@@ -62,6 +63,7 @@ func ParseFlags(args []string, w io.Writer) (Options, error) {
 	fs.BoolVar(&o.Latency, "latency", true, "after the rounds, measure end-to-end latency of every arm at half the slowest arm's throughput")
 	fs.Float64Var(&o.LatencyRate, "latency-rate", 0, "records/s of the latency runs (default: half the slowest arm's throughput in the same configuration)")
 	fs.DurationVar(&o.LatencyFor, "latency-duration", 10*time.Second, "how long each latency run measures (at least three checkpoint intervals)")
+	fs.DurationVar(&o.LatencySettle, "latency-settle", 2*time.Second, "how long each latency run goes on, once the records sent during the arm's start-up are visible, before it measures: the arm catches up on what arrived meanwhile")
 	fs.IntVar(&o.MaxRecords, "max-records", 1000000, "checkpoint.max_records of the pipeline arms; the peer commits after as many records")
 	fs.DurationVar(&o.Linger, "linger", 50*time.Millisecond, "producer linger of every arm: the pipeline's producer.linger, and the baselines' (default: the pipeline's default)")
 	fs.DurationVar(&o.RunTimeout, "run-timeout", 5*time.Minute, "limit of one arm run")
@@ -128,6 +130,8 @@ func (o *Options) Validate() error {
 		return usageErrorf("-run-timeout must be positive")
 	case o.LatencyFor <= 0:
 		return usageErrorf("-latency-duration must be positive")
+	case o.LatencySettle < 0:
+		return usageErrorf("-latency-settle must not be negative")
 	case o.LatencyRate < 0 || math.IsNaN(o.LatencyRate) || math.IsInf(o.LatencyRate, 0):
 		return usageErrorf("-latency-rate must be a positive number of records/s, or 0 for half the slowest arm's")
 	case o.CPUProfile != "" && (o.ProfileRecords < 1 || o.ProfileInterval <= 0):

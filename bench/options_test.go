@@ -63,6 +63,10 @@ func TestParseFlags(t *testing.T) {
 		{"a latency rate", []string{"-latency-rate", "50000"}, func(o Options) bool { return o.LatencyRate == 50000 }, false},
 		{"a negative latency rate", []string{"-latency-rate", "-1"}, nil, true},
 		{"a latency rate that is no number", []string{"-latency-rate", "NaN"}, nil, true},
+		{"the default settle period", nil, func(o Options) bool { return o.LatencySettle == 2*time.Second }, false},
+		{"a settle period", []string{"-latency-settle", "500ms"}, func(o Options) bool { return o.LatencySettle == 500*time.Millisecond }, false},
+		{"no settle period", []string{"-latency-settle", "0s"}, func(o Options) bool { return o.LatencySettle == 0 }, false},
+		{"a negative settle period", []string{"-latency-settle", "-1s"}, nil, true},
 		{"an unknown arm to profile", []string{"-cpuprofile", "x", "-profile-arm", "nope"}, nil, true},
 	}
 	for _, tc := range tests {
