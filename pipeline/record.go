@@ -80,8 +80,9 @@ func RawValue(b []byte, f Format) Value { return Value{raw: b, format: f} }
 func ObjectValue(v any) Value { return Value{obj: v, decoded: true, dirty: true} }
 
 // Get returns the decoded value, decoding it on first use. A JSON object
-// read by the runtime holds only the fields the graph's expressions name,
-// unless a step of the graph is not a built-in one (see Graph.projection).
+// read by the runtime holds only the top-level fields the graph's
+// expressions name, unless some step of the graph is not a built-in one:
+// a custom operator always sees every field.
 func (v *Value) Get() (any, error) {
 	if v.decoded {
 		return v.obj, nil
