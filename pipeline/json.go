@@ -64,7 +64,7 @@ func (d *jsonDecoder) value(depth int) (any, error) {
 	}
 	switch c := d.b[d.i]; {
 	case c == '{':
-		return d.object(depth)
+		return d.object(depth, nil)
 	case c == '[':
 		return d.array(depth)
 	case c == '"':
@@ -90,9 +90,16 @@ func (d *jsonDecoder) literal(s string) error {
 	return nil
 }
 
-func (d *jsonDecoder) object(depth int) (any, error) {
+// object reads an object. With a projection p it keeps only the fields p
+// names, and checks the others without building them.
+func (d *jsonDecoder) object(depth int, p *projection) (any, error) {
 	d.i++ // {
-	m := make(map[string]any)
+	var m map[string]any
+	if p != nil {
+		m = make(map[string]any, len(p.names))
+	} else {
+		m = make(map[string]any)
+	}
 	d.space()
 	if d.i < len(d.b) && d.b[d.i] == '}' {
 		d.i++
@@ -103,7 +110,14 @@ func (d *jsonDecoder) object(depth int) (any, error) {
 		if d.i >= len(d.b) || d.b[d.i] != '"' {
 			return nil, d.errorf("expected a string key")
 		}
-		k, err := d.key()
+		var k string
+		want := true
+		var err error
+		if p == nil {
+			k, err = d.key()
+		} else {
+			k, want, err = d.projectedKey(p)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -113,11 +127,15 @@ func (d *jsonDecoder) object(depth int) (any, error) {
 		}
 		d.i++
 		d.space()
-		v, err := d.value(depth + 1)
-		if err != nil {
+		if want {
+			v, err := d.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			m[k] = v
+		} else if err := d.skip(depth + 1); err != nil {
 			return nil, err
 		}
-		m[k] = v
 		d.space()
 		if d.i >= len(d.b) {
 			return nil, d.errorf("unexpected end of input in an object")
@@ -579,7 +597,7 @@ func decodeJSONFields(b []byte, p *projection) (any, error) {
 	var v any
 	var err error
 	if d.i < len(d.b) && d.b[d.i] == '{' {
-		v, err = d.projectedObject(p)
+		v, err = d.object(0, p)
 	} else {
 		v, err = d.value(0)
 	}
@@ -591,55 +609,6 @@ func decodeJSONFields(b []byte, p *projection) (any, error) {
 		return nil, d.errorf("unexpected data after the JSON value")
 	}
 	return v, nil
-}
-
-// projectedObject is object(0) keeping only the fields p names.
-func (d *jsonDecoder) projectedObject(p *projection) (any, error) {
-	d.i++ // {
-	m := make(map[string]any, len(p.names))
-	d.space()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
-		return m, nil
-	}
-	for {
-		d.space()
-		if d.i >= len(d.b) || d.b[d.i] != '"' {
-			return nil, d.errorf("expected a string key")
-		}
-		k, want, err := d.projectedKey(p)
-		if err != nil {
-			return nil, err
-		}
-		d.space()
-		if d.i >= len(d.b) || d.b[d.i] != ':' {
-			return nil, d.errorf("expected ':' after an object key")
-		}
-		d.i++
-		d.space()
-		if want {
-			v, err := d.value(1)
-			if err != nil {
-				return nil, err
-			}
-			m[k] = v
-		} else if err := d.skip(1); err != nil {
-			return nil, err
-		}
-		d.space()
-		if d.i >= len(d.b) {
-			return nil, d.errorf("unexpected end of input in an object")
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return m, nil
-		default:
-			return nil, d.errorf("expected ',' or '}' in an object")
-		}
-	}
 }
 
 // projectedKey reads an object key and reports whether p names it. A key
