@@ -93,7 +93,9 @@ func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) Lat
 	// Then it catches up on what arrived while it drained: still
 	// start-up. How long that takes depends on the arm and the machine;
 	// the settle period is the same for every arm.
-	settled := time.Now().Add(h.o.LatencySettle)
+	drained := time.Now()
+	l.DrainedAt = drained.UnixMicro()
+	settled := drained.Add(h.o.LatencySettle)
 	if err := wait("settling", h.o.LatencySettle+time.Minute, func() bool { return !time.Now().Before(settled) }); err != nil {
 		stopProducing()
 		return fail(err)

@@ -56,8 +56,10 @@ type LatencyRun struct {
 	Commits    int64   `json:"commits"`  // transactions committed with records
 	Aborts     int64   `json:"aborts"`
 	Measured   int     `json:"measured"` // outputs timed: those sent in the window
-	// MeasuredFrom is when the window opened (Unix microseconds): once
-	// everything sent before the first output was visible.
+	// DrainedAt is when everything sent before the first output was
+	// visible, and MeasuredFrom when the window opened: the settle period
+	// later (Unix microseconds).
+	DrainedAt    int64   `json:"drained_us,omitempty"`
 	MeasuredFrom int64   `json:"measured_from_us,omitempty"`
 	P50Ms        float64 `json:"p50_ms"`
 	P99Ms        float64 `json:"p99_ms"`
