@@ -21,19 +21,7 @@ const maxJSONDepth = 1000
 // agrees with encoding/json on what is valid; it exists because decoding is
 // the hot path of every pipeline that reads fields, and encoding/json's
 // Decoder allocates a buffer per call.
-func decodeJSON(b []byte) (any, error) {
-	d := jsonDecoder{b: b}
-	d.space()
-	v, err := d.value(0)
-	if err != nil {
-		return nil, err
-	}
-	d.space()
-	if d.i != len(d.b) {
-		return nil, d.errorf("unexpected data after the JSON value")
-	}
-	return v, nil
-}
+func decodeJSON(b []byte) (any, error) { return decodeJSONFields(b, nil) }
 
 type jsonDecoder struct {
 	b []byte
@@ -589,14 +577,11 @@ func (p *projection) has(b []byte) bool {
 // object that p names; other documents, or a nil p, decode whole. It
 // refuses exactly what decodeJSON refuses.
 func decodeJSONFields(b []byte, p *projection) (any, error) {
-	if p == nil {
-		return decodeJSON(b)
-	}
 	d := jsonDecoder{b: b}
 	d.space()
 	var v any
 	var err error
-	if d.i < len(d.b) && d.b[d.i] == '{' {
+	if p != nil && d.i < len(d.b) && d.b[d.i] == '{' {
 		v, err = d.object(0, p)
 	} else {
 		v, err = d.value(0)
