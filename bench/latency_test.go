@@ -23,16 +23,7 @@ func TestLatencyWindowOpensAfterTheStartUpBacklog(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a broker")
 	}
-	b, err := broker.Start(broker.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	b, cl := startTestBroker(t)
 	h := &harness{
 		o:     Options{LatencyFor: 300 * time.Millisecond, MaxRecords: 1000, Linger: 5 * time.Millisecond, RunTimeout: 30 * time.Second},
 		seeds: b.Addrs(), cl: cl, adm: kadm.NewClient(cl), id: "bench-latency-test",
@@ -182,16 +173,7 @@ func TestLatencyWindowOpensAfterTheSettlePeriod(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a broker")
 	}
-	b, err := broker.Start(broker.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	b, cl := startTestBroker(t)
 	copyArm := &Arm{Name: "copy", run: func(ctx context.Context, e *env) error {
 		cl, err := kgo.NewClient(e.clientOpts()...)
 		if err != nil {
@@ -231,4 +213,21 @@ func TestLatencyWindowOpensAfterTheSettlePeriod(t *testing.T) {
 		}
 		t.Logf("settle %v: window opened %v after the backlog was visible; p99 %.0f ms", settle, gap, l.P99Ms)
 	}
+}
+
+// startTestBroker starts an in-process broker and a client of it, both
+// closed when the test ends.
+func startTestBroker(t *testing.T) (*broker.Broker, *kgo.Client) {
+	t.Helper()
+	b, err := broker.Start(broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return b, cl
 }
