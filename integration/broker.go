@@ -44,6 +44,12 @@ type Broker interface {
 	Close()
 }
 
+// suiteTxnMaxTimeout is the transaction.max.timeout.ms of every broker the
+// suite starts, set in the broker's own configuration (server.properties),
+// not Kafka's default: the start-up check must find what each broker
+// enforces, and a default would hide a check that reads nothing.
+const suiteTxnMaxTimeout = 2 * time.Minute
+
 // ErrCannotRestart is returned by Stop, Kill and Start of a broker the suite
 // does not run itself.
 var ErrCannotRestart = errors.New("the suite cannot restart this broker")
@@ -249,7 +255,8 @@ func (b *kfakeProcess) Start(ctx context.Context) error {
 	}
 	b.starts++
 	logPath := filepath.Join(b.logDir, fmt.Sprintf("broker-%d.log", b.starts))
-	c, err := startChild("broker", logPath, b.bin, "broker", "--port", strconv.Itoa(b.port), "--data-dir", b.dataDir)
+	c, err := startChild("broker", logPath, b.bin, "broker", "--port", strconv.Itoa(b.port), "--data-dir", b.dataDir,
+		"--txn-max-timeout-ms", strconv.Itoa(int(suiteTxnMaxTimeout.Milliseconds())))
 	if err != nil {
 		return err
 	}

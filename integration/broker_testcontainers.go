@@ -150,6 +150,7 @@ func (b *containerKafka) run(ctx context.Context) error {
 			"KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR":         "1",
 			"KAFKA_TRANSACTION_STATE_LOG_MIN_ISR":                    "1",
 			"KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS":             "5",
+			"KAFKA_TRANSACTION_MAX_TIMEOUT_MS":                       strconv.Itoa(int(suiteTxnMaxTimeout.Milliseconds())),
 			"KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
 			"KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR":            "1",
 			"KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS":                 "0",

@@ -24,7 +24,7 @@ const brokerTxnMaxTimeout = 15 * time.Minute
 // asks for (creating missing ones), and reports transactions left hanging on
 // the output partitions.
 func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) error {
-	if err := checkTxnTimeout(ctx, adm, cfg); err != nil {
+	if err := checkTxnTimeout(ctx, adm, cfg, log); err != nil {
 		return err
 	}
 
@@ -184,27 +184,57 @@ func ensureChangelog(ctx context.Context, adm *kadm.Client, cfg *config.Config, 
 	return ensureTopicWith(ctx, adm, cfg, topic, tasks, true, n.path, map[string]string{"cleanup.policy": "compact"}, log)
 }
 
-func checkTxnTimeout(ctx context.Context, adm *kadm.Client, cfg *config.Config) error {
-	max := brokerTxnMaxTimeout
-	rcs, err := adm.DescribeBrokerConfigs(ctx)
-	if err == nil {
-		for _, rc := range rcs {
-			if rc.Err != nil {
+// checkTxnTimeout checks transactions.timeout against the
+// transaction.max.timeout.ms of every broker: any of them can be the
+// transaction coordinator, and one that finds the time-out too large fails
+// every transaction. Each broker is asked for its own configuration: the
+// cluster-wide resource holds only dynamic defaults, not what a broker's
+// server.properties set. A principal without DescribeConfigs on the cluster
+// gets a warning instead; a time-out the brokers refuse then stops the
+// pipeline at its first transaction, naming the setting.
+func checkTxnTimeout(ctx context.Context, adm *kadm.Client, cfg *config.Config, log *slog.Logger) error {
+	brokers, err := adm.ListBrokers(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the brokers to read their transaction.max.timeout.ms: %w", err)
+	}
+	rcs, err := adm.DescribeBrokerConfigs(ctx, brokers.NodeIDs()...)
+	var denied error
+	if err != nil {
+		if !errors.Is(err, kerr.ClusterAuthorizationFailed) {
+			return fmt.Errorf("reading the brokers' transaction.max.timeout.ms: %w", err)
+		}
+		denied = err
+	}
+	limit, from := brokerTxnMaxTimeout, "Kafka's default"
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			if errors.Is(rc.Err, kerr.ClusterAuthorizationFailed) {
+				denied = rc.Err
 				continue
 			}
-			for _, c := range rc.Configs {
-				if c.Key == "transaction.max.timeout.ms" && c.Value != nil {
-					if ms, perr := strconv.ParseInt(*c.Value, 10, 64); perr == nil {
-						max = time.Duration(ms) * time.Millisecond
-					}
-				}
+			return fmt.Errorf("reading transaction.max.timeout.ms of broker %s: %w", rc.Name, rc.Err)
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "transaction.max.timeout.ms" || c.Value == nil {
+				continue
+			}
+			ms, perr := strconv.ParseInt(*c.Value, 10, 64)
+			if perr != nil {
+				return fmt.Errorf("broker %s has transaction.max.timeout.ms %q, not a number of milliseconds", rc.Name, *c.Value)
+			}
+			if d := time.Duration(ms) * time.Millisecond; from == "Kafka's default" || d < limit {
+				limit, from = d, "broker "+rc.Name
 			}
 		}
-	} else {
-		return fmt.Errorf("reading the broker's transaction.max.timeout.ms: %w", err)
 	}
-	if cfg.Transactions.Timeout > max {
-		return fmt.Errorf("transactions.timeout (%s) must not be larger than the broker's transaction.max.timeout.ms (%s)", cfg.Transactions.Timeout, max)
+	if denied != nil {
+		log.Warn("cannot read the brokers' transaction.max.timeout.ms (the principal needs DESCRIBE_CONFIGS on the cluster); a transactions.timeout above it stops the pipeline at its first transaction",
+			"transactions_timeout", cfg.Transactions.Timeout, "err", denied)
+		return nil
+	}
+	if cfg.Transactions.Timeout > limit {
+		return fmt.Errorf("transactions.timeout (%s) must not be larger than the transaction.max.timeout.ms (%s) of %s: lower transactions.timeout, or raise transaction.max.timeout.ms on every broker",
+			cfg.Transactions.Timeout, limit, from)
 	}
 	return nil
 }
