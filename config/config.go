@@ -91,6 +91,10 @@ type Checkpoint struct {
 	Interval   time.Duration // default 1s
 	Timeout    time.Duration // default 30s: how long barrier, prepare and commit may take
 	MaxRecords int           // `max_records`; default 1000000: a checkpoint starts early after this many records
+	// FailureTimeout (`failure_timeout`; default 5m) is how long
+	// checkpoints may keep failing, none committing, before the pipeline
+	// gives up and exits.
+	FailureTimeout time.Duration
 }
 
 // Transactions configures the transactional producer's identity and

@@ -76,7 +76,7 @@ func TestParseReadsEverySetting(t *testing.T) {
 		SASL:         SASL{Mechanism: "SCRAM-SHA-256", Username: "svc", Password: "pw"},
 		Consumer:     Consumer{StartFrom: "latest", SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second, FetchMaxBytes: 1 << 20, MaxPollRecords: 500},
 		Producer:     Producer{Compression: "zstd", Linger: 5 * time.Millisecond, BatchMaxBytes: 2 << 20, MaxBufferedRecords: 1000, MaxBufferedBytes: 1 << 30},
-		Checkpoint:   Checkpoint{Interval: 500 * time.Millisecond, Timeout: 10 * time.Second, MaxRecords: 5000},
+		Checkpoint:   Checkpoint{Interval: 500 * time.Millisecond, Timeout: 10 * time.Second, MaxRecords: 5000, FailureTimeout: 5 * time.Minute},
 		Transactions: Transactions{IDPrefix: "alerts", Timeout: 2 * time.Minute},
 		Topics:       Topics{Partitions: 6, ReplicationFactor: 3, Configs: map[string]string{"compression.type": "zstd"}},
 		Sources: []Source{
@@ -121,7 +121,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 		Group:        "p",
 		Consumer:     Consumer{StartFrom: "earliest", SessionTimeout: 45 * time.Second, RebalanceTimeout: 60 * time.Second, FetchMaxBytes: 50 << 20, MaxPollRecords: 10000},
 		Producer:     Producer{Compression: "lz4", Linger: 50 * time.Millisecond, BatchMaxBytes: 1 << 20, MaxBufferedRecords: 100000, MaxBufferedBytes: 256 << 20},
-		Checkpoint:   Checkpoint{Interval: time.Second, Timeout: 30 * time.Second, MaxRecords: 1000000},
+		Checkpoint:   Checkpoint{Interval: time.Second, Timeout: 30 * time.Second, MaxRecords: 1000000, FailureTimeout: 5 * time.Minute},
 		Transactions: Transactions{IDPrefix: "p", Timeout: 60 * time.Second},
 		Topics:       Topics{Partitions: 0, ReplicationFactor: -1},
 		Sources:      []Source{{Name: "in", Topics: []string{"input"}, Format: "json", KeyFormat: "string", Path: "sources.in"}},

@@ -59,6 +59,7 @@ func (c *Config) settings() []setting {
 		{"checkpoint.interval", &c.Checkpoint.Interval, 1 * time.Second},
 		{"checkpoint.timeout", &c.Checkpoint.Timeout, 30 * time.Second},
 		{"checkpoint.max_records", &c.Checkpoint.MaxRecords, 1000000},
+		{"checkpoint.failure_timeout", &c.Checkpoint.FailureTimeout, 5 * time.Minute},
 
 		{"transactions.id_prefix", &c.Transactions.IDPrefix, nil}, // default: name
 		{"transactions.timeout", &c.Transactions.Timeout, 60 * time.Second},

@@ -227,6 +227,7 @@ func (k *checker) timing() {
 	ok := positive(k, "checkpoint.interval", cp.Interval)
 	ok = positive(k, "checkpoint.timeout", cp.Timeout) && ok
 	positive(k, "checkpoint.max_records", cp.MaxRecords)
+	positive(k, "checkpoint.failure_timeout", cp.FailureTimeout)
 	ok = positive(k, "transactions.timeout", tx.Timeout) && ok
 	if ok && tx.Timeout <= cp.Interval+cp.Timeout && k.sound("checkpoint.interval", "checkpoint.timeout", "transactions.timeout") {
 		k.errorf("transactions.timeout", "%s must be larger than %s + %s = %s",

@@ -327,7 +327,7 @@ func TestValidateHandBuiltConfig(t *testing.T) {
 		Group:        "p",
 		Consumer:     Consumer{StartFrom: "earliest", SessionTimeout: 45 * time.Second, RebalanceTimeout: time.Minute, FetchMaxBytes: 1, MaxPollRecords: 1},
 		Producer:     Producer{Compression: "none", BatchMaxBytes: 1, MaxBufferedRecords: 1, MaxBufferedBytes: 1},
-		Checkpoint:   Checkpoint{Interval: time.Second, Timeout: time.Second, MaxRecords: 1},
+		Checkpoint:   Checkpoint{Interval: time.Second, Timeout: time.Second, MaxRecords: 1, FailureTimeout: time.Minute},
 		Transactions: Transactions{IDPrefix: "p", Timeout: 3 * time.Second},
 		Topics:       Topics{ReplicationFactor: -1},
 		Sources:      []Source{{Name: "in", Topics: []string{"input"}, Format: "json", KeyFormat: "string", Path: "sources.in"}},

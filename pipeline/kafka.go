@@ -82,7 +82,7 @@ func tlsConfig(c config.TLS) (*tls.Config, error) {
 // transactOpts adds what makes the client exactly-once: the group with
 // static membership, read_committed, stable offsets, the transactional id
 // and time-out, and rebalances held back until a checkpoint is done.
-func transactOpts(cfg *config.Config, base []kgo.Opt, topics []string, onRevoked func(map[string][]int32)) []kgo.Opt {
+func transactOpts(cfg *config.Config, base []kgo.Opt, topics []string, onRevoked func(map[string][]int32), hooks ...kgo.Hook) []kgo.Opt {
 	opts := append([]kgo.Opt(nil), base...)
 	revoked := func(_ context.Context, _ *kgo.Client, m map[string][]int32) { onRevoked(m) }
 	reset := kgo.NewOffset().AtStart()
@@ -114,6 +114,9 @@ func transactOpts(cfg *config.Config, base []kgo.Opt, topics []string, onRevoked
 		kgo.ProducerLinger(cfg.Producer.Linger),
 		kgo.ProducerBatchCompression(compression(cfg.Producer.Compression)...),
 	)
+	if len(hooks) > 0 {
+		opts = append(opts, kgo.WithHooks(hooks...))
+	}
 	return opts
 }
 

@@ -218,7 +218,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	defer gr.close()
 	rt.hard = gr.hard
 	rt.produce = func(r *kgo.Record) { rt.sink.Produce(gr.hard, r) }
-	opts := append(transactOpts(cfg, base, p.g.SourceTopics(), rt.revoked),
+	opts := append(transactOpts(cfg, base, p.g.SourceTopics(), rt.revoked, groupErrors{rt}),
 		kgo.RecordPartitioner(manualPartitioner{manual: manual, byKey: kgo.StickyKeyPartitioner(nil)}))
 	opts = append(opts, p.extra...)
 	rt.sink, err = txsink.New(opts, p.log)
@@ -378,9 +378,10 @@ const (
 	HeaderTruncated = "pipeline.truncated"
 )
 
-// loop runs checkpoints until ctx is done or something fatal happens.
+// loop runs checkpoints until ctx is done or something fatal happens. What
+// follows a checkpoint that did not commit is recovery's decision.
 func (rt *runtime) loop(ctx context.Context) error {
-	fences, refused := 0, 0
+	rec := newRecovery(rt.cfg, rt.log)
 	for {
 		cp := rt.checkpoint(ctx)
 		if rt.p.obs != nil {
@@ -389,46 +390,27 @@ func (rt *runtime) loop(ctx context.Context) error {
 		if fatal := rt.fatalErr(); fatal != nil {
 			return fatal
 		}
-		if refusedByBroker(cp.Err) {
-			refused++
-			if refused >= maxRefusedInARow {
-				return fmt.Errorf("the broker refused this checkpoint's records %d times in a row; replaying cannot help: %w", refused, cp.Err)
-			}
-		} else if cp.Committed {
-			refused = 0
+		d := rec.decide(cp, time.Now())
+		if d.next == stop {
+			return d.err
 		}
-		switch {
-		case cp.Committed:
-			fences = 0
-		case cp.Err == nil:
-			// Aborted cleanly (a rebalance): consumption was rewound.
-		default:
-			action := txsink.Classify(cp.Err)
-			if action == txsink.Exit {
-				return fmt.Errorf("%w: %v", ErrZombie, cp.Err)
-			}
-			if txsink.IsFenced(cp.Err) {
-				fences++
-			} else if !cp.rebuild {
-				// Aborted cleanly and rewound: the client is fine.
-				rt.log.Info("checkpoint aborted; replaying from the committed offsets", "checkpoint", cp.ID, "err", cp.Err)
-				break
-			}
-			if fences >= 3 {
-				return fmt.Errorf("%w (transactional id %s): fenced %d times in a row without committing; another process with instance_id %q is probably running: %v",
-					ErrZombie, rt.cfg.Transactions.ID(rt.cfg.InstanceID), fences, rt.cfg.InstanceID, cp.Err)
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			rt.log.Warn("checkpoint failed; rebuilding the transactional client and resuming from the committed state", "checkpoint", cp.ID, "err", cp.Err)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if d.next == rebuild {
 			if err := rt.rebuild(ctx); err != nil {
 				return err
 			}
 			rt.dropTasks()
 		}
-		if ctx.Err() != nil {
-			return nil
+		if d.wait > 0 {
+			t := time.NewTimer(d.wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
 		}
 	}
 }
@@ -449,11 +431,6 @@ func newRunID() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
-
-// maxRefusedInARow is how many checkpoints in a row may fail on records the
-// broker refuses (not transient trouble) before the pipeline stops, rather
-// than replay the same failure for ever.
-const maxRefusedInARow = 10
 
 // refusedByBroker reports whether err is a produce error no retry fixes.
 func refusedByBroker(err error) bool {
@@ -479,7 +456,10 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	cp := Checkpoint{ID: rt.nextID}
 	start := time.Now()
 	if err := rt.sink.Begin(); err != nil {
-		cp.Err = fmt.Errorf("beginning checkpoint %d: %w", cp.ID, err)
+		// The client refuses to begin only after a fatal error of its
+		// own, which a new client may not repeat: rebuild.
+		cp.Err, cp.rebuild = fmt.Errorf("beginning checkpoint %d: %w", cp.ID, err), true
+		rt.p.stats.aborted.Add(1)
 		return cp
 	}
 	rt.track.Begin()
@@ -583,7 +563,6 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 			err = fmt.Errorf("checkpoint %d: %w", cp.ID, err)
 			cp.Err = err
 		}
-		rt.log.Info("checkpoint aborted", "checkpoint", cp.ID, "records", cp.Records, "err", err)
 		rt.sink.AllowRebalance()
 		return cp
 	}
@@ -797,6 +776,18 @@ func (rt *runtime) revoked(m map[string][]int32) {
 	}
 	if len(stop) > 0 {
 		rt.log.Info("tasks closed after their partitions were revoked", "tasks", len(stop))
+	}
+}
+
+// groupErrors hears the group management errors of the client. A
+// FENCED_INSTANCE_ID there means another member joined with our
+// instance_id: a twin. It stops the pipeline at once, rather than at the
+// next poll, which a producer fence by the same twin can come before.
+type groupErrors struct{ rt *runtime }
+
+func (h groupErrors) OnGroupManageError(err error) {
+	if errors.Is(err, kerr.FencedInstanceID) {
+		h.rt.fail(zombieErr(h.rt.cfg, err))
 	}
 }
 

@@ -7,10 +7,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// ErrFenced means a newer producer with our transactional id, or a newer
-// group member with our instance id, took over: this instance is a zombie.
-var ErrFenced = errors.New("fenced")
-
 // ProduceError is the first produce failure of a transaction. The
 // transaction was aborted; replaying from the committed offsets is safe.
 type ProduceError struct {
@@ -61,29 +57,47 @@ func (a Action) String() string {
 	return "exit"
 }
 
+// fatal are the errors after which retrying cannot help: a configuration
+// the brokers refuse, missing permissions, a broker too old for what the
+// pipeline needs. The client reports some of them once and then fails every
+// transaction at once (a producer id it could not get is not asked for
+// again), so a caller that retried would spin.
+var fatal = []error{
+	kerr.FencedInstanceID,
+	kerr.InvalidTransactionTimeout,
+	kerr.TransactionalIDAuthorizationFailed,
+	kerr.GroupAuthorizationFailed,
+	kerr.TopicAuthorizationFailed,
+	kerr.ClusterAuthorizationFailed,
+	kerr.SaslAuthenticationFailed,
+	kerr.UnsupportedSaslMechanism,
+	kerr.IllegalSaslState,
+	kerr.UnsupportedVersion,
+	kerr.UnsupportedForMessageFormat,
+	kerr.UnsupportedCompressionType,
+}
+
 // Classify decides what an error from this package requires when nothing
-// else is known: Exit for a fence of our instance or a refused
-// authorization, otherwise Rebuild, which is always safe. It returns
-// Replay only for nil. A caller that saw the transaction abort cleanly
-// (Abort returned nil) knows more, and may replay on the same client
-// whatever the error was; the runtime does.
+// else is known: Exit for a fence of our group instance, a configuration the
+// brokers refuse (INVALID_TRANSACTION_TIMEOUT), a refused authorization or
+// an unsupported version, otherwise Rebuild, which is always safe. It
+// returns Replay only for nil. A caller that saw the transaction abort
+// cleanly (Abort returned nil) knows more, and may replay on the same
+// client whatever the error was; the runtime does.
 func Classify(err error) Action {
-	switch {
-	case err == nil:
+	if err == nil {
 		return Replay
-	case errors.Is(err, kerr.FencedInstanceID),
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
-		errors.Is(err, kerr.GroupAuthorizationFailed),
-		errors.Is(err, kerr.TopicAuthorizationFailed),
-		errors.Is(err, kerr.ClusterAuthorizationFailed):
-		return Exit
-	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
-		// Our own transaction timing out fences us too (the broker bumps
-		// the epoch when it aborts it), so one fence is not proof of a
-		// twin. The caller rebuilds and exits if it is fenced again
-		// before it commits anything.
-		return Rebuild
 	}
+	for _, f := range fatal {
+		if errors.Is(err, f) {
+			return Exit
+		}
+	}
+	// A fenced producer (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) rebuilds
+	// too: our own transaction timing out fences us as well (the broker
+	// bumps the epoch when it aborts it), so one fence is not proof of a
+	// twin; the caller decides from how long the transaction was open.
+	//
 	// Everything else, a produce error included, leaves the client in a
 	// state only a new client is sure to be free of. Rebuilding is always
 	// safe: the new producer's InitProducerID completes or aborts whatever
@@ -93,8 +107,7 @@ func Classify(err error) Action {
 
 // IsFenced reports whether err says another producer or member took our id.
 func IsFenced(err error) bool {
-	return errors.Is(err, ErrFenced) ||
-		errors.Is(err, kerr.ProducerFenced) ||
+	return errors.Is(err, kerr.ProducerFenced) ||
 		errors.Is(err, kerr.InvalidProducerEpoch) ||
 		errors.Is(err, kerr.FencedInstanceID)
 }

@@ -25,6 +25,10 @@ func TestClassify(t *testing.T) {
 		{"a refused group exits", kerr.GroupAuthorizationFailed, Exit},
 		{"a refused topic exits", &ProduceError{Topic: "out", Err: kerr.TopicAuthorizationFailed}, Exit},
 		{"a refused cluster action exits", &UnknownOutcomeError{Err: kerr.ClusterAuthorizationFailed}, Exit},
+		{"a transaction time-out above the broker's maximum exits", &ProduceError{Topic: "out", Err: kerr.InvalidTransactionTimeout}, Exit},
+		{"the client's unrecoverable producer id error exits", fmt.Errorf("producer ID has a fatal, unrecoverable error, err: %w", kerr.InvalidTransactionTimeout), Exit},
+		{"a failed SASL authentication exits", kerr.SaslAuthenticationFailed, Exit},
+		{"a broker without a needed API version exits", &UnknownOutcomeError{Err: kerr.UnsupportedVersion}, Exit},
 		// Our own transaction timing out fences us too: one fence is not
 		// proof of a twin.
 		{"a fenced producer rebuilds", kerr.ProducerFenced, Rebuild},
@@ -50,8 +54,7 @@ func TestIsFenced(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{"ErrFenced", ErrFenced, true},
-		{"ErrFenced wrapped", fmt.Errorf("checkpoint 7: %w", ErrFenced), true},
+		{"a fenced producer wrapped", fmt.Errorf("checkpoint 7: %w", kerr.ProducerFenced), true},
 		{"a fenced producer", kerr.ProducerFenced, true},
 		{"an invalid producer epoch in an unknown outcome", &UnknownOutcomeError{Err: kerr.InvalidProducerEpoch}, true},
 		{"a fenced instance id in a produce error", &ProduceError{Topic: "out", Err: kerr.FencedInstanceID}, true},
