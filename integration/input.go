@@ -20,9 +20,15 @@ import (
 // test, since names are meant to be unique per test.
 func CreateTopics(t testing.TB, adm *kadm.Client, partitions int32, topics ...string) {
 	t.Helper()
+	CreateTopicsWith(t, adm, partitions, nil, topics...)
+}
+
+// CreateTopicsWith is CreateTopics with topic configs.
+func CreateTopicsWith(t testing.TB, adm *kadm.Client, partitions int32, configs map[string]*string, topics ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	resps, err := adm.CreateTopics(ctx, partitions, -1, nil, topics...)
+	resps, err := adm.CreateTopics(ctx, partitions, -1, configs, topics...)
 	if err != nil {
 		t.Fatalf("creating topics %v: %v", topics, err)
 	}

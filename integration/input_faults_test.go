@@ -66,7 +66,9 @@ func TestPoisonRecordsGoToTheDeadLetterTopicOnce(t *testing.T) {
 	r := CheckRun(t, e.seeds, CheckSpec{Input: e.input, Output: e.output, Group: e.group, InputRecords: good,
 		Skip: func(v []byte) bool { _, ok := poisonSeq[string(v)]; return ok }})
 
-	dead := checkDeadLetters(t, e, dlq, poisonSeq)
+	dead := checkDeadLetters(t, e, dlq, poisonSeq, "map1", func(seq int) string {
+		return map[PoisonKind]string{Undecodable: "decoding", BadField: "invalid operation"}[PoisonOf(seq)]
+	})
 	a := e.audit(cfgPath, total)
 	t.Logf("figures: %d good and %d poison records (%d undecodable, %d bad field), %d SIGKILLs (last at %d committed), drained in %v; output %d read_committed, %d aborted-transaction records; dead letters %d read_committed, %d in aborted transactions (%d commit, %d abort markers); audit %d checkpoints, %d input, %d output records",
 		good, poison, (poison+1)/2, poison/2, kills, last, drained.Round(time.Millisecond), r.OutputRecords, r.AbortedRecords,
@@ -110,9 +112,9 @@ func killAtWork(t *testing.T, e *env, cfgPath string, kills int, total int, rng 
 
 // checkDeadLetters checks that the dead-letter topic holds, read_committed,
 // each poison input record exactly once, as it was read (key and value),
-// with the error and its source position in headers, and nothing else. It
-// returns the topic's transaction outcomes.
-func checkDeadLetters(t *testing.T, e *env, dlq string, poisonSeq map[string]int) *Report {
+// with the step that failed, the error (which must say wantErr(seq)) and its
+// source position in headers, and nothing else. It returns the topic's transaction outcomes.
+func checkDeadLetters(t *testing.T, e *env, dlq string, poisonSeq map[string]int, step string, wantErr func(seq int) string) *Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -178,19 +180,18 @@ func checkDeadLetters(t *testing.T, e *env, dlq string, poisonSeq map[string]int
 		if string(d.Key) != string(orig.Key) || string(d.Value) != string(orig.Value) {
 			problem("%s: key %q value %q, the input %s has %q %q", here, d.Key, d.Value, src, orig.Key, orig.Value)
 		}
-		want := map[PoisonKind]string{Undecodable: "decoding", BadField: "invalid operation"}[PoisonOf(seq)]
-		if errText := h[pipeline.HeaderError]; !strings.Contains(errText, want) {
-			problem("%s: poison seq %d (%v): %s=%q, want it to say %q", here, seq, PoisonOf(seq), pipeline.HeaderError, errText, want)
+		if want, errText := wantErr(seq), h[pipeline.HeaderError]; !strings.Contains(errText, want) {
+			problem("%s: poison seq %d: %s=%q, want it to say %q", here, seq, pipeline.HeaderError, errText, want)
 		}
-		if step := h[pipeline.HeaderStep]; step != "map1" {
-			problem("%s: %s=%q, want the map step, map1", here, pipeline.HeaderStep, step)
+		if got := h[pipeline.HeaderStep]; got != step {
+			problem("%s: %s=%q, want %s", here, pipeline.HeaderStep, got, step)
 		}
 	}
 	for _, at := range slices.SortedFunc(maps.Keys(wantAt), func(a, b pos) int {
 		return cmp.Or(cmp.Compare(a.partition, b.partition), cmp.Compare(a.offset, b.offset))
 	}) {
 		if seen[at] == "" {
-			problem("poison seq %d (%v) at %s/%d@%d has no dead letter", wantAt[at], PoisonOf(wantAt[at]), e.input, at.partition, at.offset)
+			problem("poison seq %d at %s/%d@%d has no dead letter", wantAt[at], e.input, at.partition, at.offset)
 		}
 	}
 	if len(problems) > 0 || len(dead) != len(wantAt) {

@@ -260,7 +260,7 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 		default:
 			errf(sk.Path+".from", "required: there are several sources and no steps")
 		}
-		n.sink = buildSink(sk, cfg.Producer.BatchMaxBytes, cfg.Audit.SourcePositions, cfg.Line, &errs, &reads)
+		n.sink = buildSink(sk, cfg.Audit.SourcePositions, cfg.Line, &errs, &reads)
 		if ok {
 			n.inputs = []streamRef{ref}
 			n.afterParallel = ref.node.afterParallel || ref.node.parallel != nil

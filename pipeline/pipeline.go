@@ -177,7 +177,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	adm := kadm.NewClient(admCl)
 	defer adm.Close()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	err = prepare(sctx, adm, cfg, p.g, p.log)
+	lim, err := prepare(sctx, adm, cfg, p.g, p.log)
 	cancel()
 	if err != nil {
 		return err
@@ -197,6 +197,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		restoreCtx: context.WithoutCancel(ctx),
 		restoreCl:  admCl,
 		room:       make(chan struct{}, 1),
+		limits:     lim,
 	}
 	manual := map[string]bool{}
 	if cfg.Audit.Enabled {
@@ -220,6 +221,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	rt.produce = func(r *kgo.Record) { rt.sink.Produce(gr.hard, r) }
 	opts := append(transactOpts(cfg, base, p.g.SourceTopics(), rt.revoked, groupErrors{rt}),
 		kgo.RecordPartitioner(manualPartitioner{manual: manual, byKey: kgo.StickyKeyPartitioner(nil)}))
+	opts = append(opts, kgo.ProducerBatchMaxBytesFn(lim.batch))
 	opts = append(opts, p.extra...)
 	rt.sink, err = txsink.New(opts, p.log)
 	if err != nil {
@@ -269,6 +271,10 @@ type runtime struct {
 	// it committed; zero otherwise. See nextDeadline.
 	lastCommit time.Duration
 
+	// limits are the largest batches and records the written topics
+	// take; nil without a cluster (tests running a graph offline).
+	limits *limits
+
 	backend    state.Backend
 	changelogs []string // by node index, for stateful steps
 	restoreCtx context.Context
@@ -309,6 +315,15 @@ func (rt *runtime) Produce(r *kgo.Record) {
 
 func (rt *runtime) failed() bool { return rt.hasErr.Load() }
 
+// recordLimit is the largest record topic takes (see limits), and the
+// setting that makes it so.
+func (rt *runtime) recordLimit(topic string) (int, string) {
+	if rt.limits == nil {
+		return (&limits{batchMax: rt.cfg.Producer.BatchMaxBytes}).record(topic)
+	}
+	return rt.limits.record(topic)
+}
+
 func (rt *runtime) fail(err error) {
 	rt.fatalMu.Lock()
 	if rt.fatal == nil {
@@ -341,15 +356,11 @@ func (rt *runtime) recordFailed(e *RecordError, r *Record) {
 		kgo.RecordHeader{Key: HeaderPartition, Value: fmt.Appendf(nil, "%d", o.Partition)},
 		kgo.RecordHeader{Key: HeaderOffset, Value: fmt.Appendf(nil, "%d", o.Offset)},
 	)
-	// The input fitted the broker, but not necessarily this producer's
-	// batch limit with the error headers added: cut the value rather than
-	// fail the transaction over and over.
-	if limit := int(rt.cfg.Producer.BatchMaxBytes); limit > 0 {
-		size := len(kr.Key) + len(kr.Value) + recordOverhead
-		for _, h := range kr.Headers {
-			size += len(h.Key) + len(h.Value) + 8
-		}
-		if size > limit {
+	// The input fitted its topic, but not necessarily the dead-letter
+	// topic's limit with the error headers added: cut the value rather
+	// than fail the transaction over and over.
+	if limit, _ := rt.recordLimit(rt.g.dlq); limit > 0 {
+		if size := outputSize(kr); size > limit {
 			orig := len(kr.Value)
 			kr.Value = kr.Value[:max(0, len(kr.Value)-(size-limit)-64)]
 			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: HeaderTruncated, Value: fmt.Appendf(nil, "%d", orig)})

@@ -67,6 +67,11 @@ func buildKeyBy(cfg *config.Config, st *config.Step, spec *Spec) *repartitionDef
 type repartitionOp struct {
 	def  *repartitionDef
 	prod func(*kgo.Record)
+
+	// maxBytes is the largest record the repartition topic takes (0: no
+	// limit), and limit the setting that makes it so.
+	maxBytes int
+	limit    string
 }
 
 func (o *repartitionOp) Process(ctx *Context, r *Record) error {
@@ -101,6 +106,9 @@ func (o *repartitionOp) Process(ctx *Context, r *Record) error {
 		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
 	kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: HeaderValueFormat, Value: []byte(format.String())})
+	if size := outputSize(kr); o.maxBytes > 0 && size > o.maxBytes {
+		return fmt.Errorf("key_by: record of about %d bytes for %s is larger than %s", size+batchHeader, o.def.topic, o.limit)
+	}
 	o.prod(kr)
 	return nil
 }

@@ -23,15 +23,17 @@ const brokerTxnMaxTimeout = 15 * time.Minute
 // source topic exists, that sink topics exist with the partitions the config
 // asks for (creating missing ones), and reports transactions left hanging on
 // the output partitions.
-func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) error {
+//
+// It returns the size limits of the topics the pipeline writes.
+func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) (*limits, error) {
 	if err := checkTxnTimeout(ctx, adm, cfg, log); err != nil {
-		return err
+		return nil, err
 	}
 
 	topics := g.SourceTopics()
 	details, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
-		return fmt.Errorf("listing source topics: %w", err)
+		return nil, fmt.Errorf("listing source topics: %w", err)
 	}
 	var srcMax int32
 	parts := map[string]int32{} // partitions by topic read: sources, then repartition topics
@@ -56,7 +58,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		}
 	}
 	if len(errs) > 0 {
-		return errors.Join(errs...)
+		return nil, errors.Join(errs...)
 	}
 
 	type want struct {
@@ -122,10 +124,22 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		}
 	}
 	if len(errs) > 0 {
-		return errors.Join(errs...)
+		return nil, errors.Join(errs...)
 	}
 	reportHanging(ctx, adm, cfg, g, log)
-	return nil
+	written := g.OutputTopics()
+	for _, n := range g.nodes {
+		switch {
+		case n.repart != nil:
+			written = append(written, n.repart.topic)
+		case n.stateful() != nil:
+			written = append(written, ChangelogTopic(cfg.Name, n.name))
+		}
+	}
+	if cfg.Audit.Enabled && cfg.Audit.Topic != "" {
+		written = append(written, cfg.Audit.Topic)
+	}
+	return topicLimits(ctx, adm, cfg.Producer.BatchMaxBytes, written)
 }
 
 // stepTasks returns how many tasks run step n, one per partition number of

@@ -18,7 +18,6 @@ type sinkDef struct {
 	key, value             *Expr
 	headers                []headerExpr
 	keyFormat, valueFormat Format
-	maxBytes               int  // largest record the producer accepts
 	positions              bool // audit.source_positions: stamp records with HeaderSource and HeaderOutput
 }
 
@@ -27,9 +26,9 @@ type sinkDef struct {
 // deltas).
 const recordOverhead = 64
 
-func buildSink(sk *config.Sink, maxBytes int32, positions bool, line func(string) int, errs *BuildErrors, reads *valueReads) *sinkDef {
+func buildSink(sk *config.Sink, positions bool, line func(string) int, errs *BuildErrors, reads *valueReads) *sinkDef {
 	spec := &Spec{Name: sk.Name, Kind: "sink", Path: sk.Path, line: line, errs: errs, reads: reads}
-	d := &sinkDef{name: sk.Name, path: sk.Path, topic: sk.Topic, partitions: sk.Partitions, maxBytes: int(maxBytes), positions: positions}
+	d := &sinkDef{name: sk.Name, path: sk.Path, topic: sk.Topic, partitions: sk.Partitions, positions: positions}
 	var err error
 	if d.valueFormat, err = ParseFormat(sk.Format); err != nil {
 		spec.Errorf(".format", "%v", err)
@@ -57,6 +56,11 @@ type Producer interface {
 type sinkOp struct {
 	def  *sinkDef
 	prod Producer
+
+	// maxBytes is the largest record the topic takes (0: no limit), and
+	// limit the setting that makes it so.
+	maxBytes int
+	limit    string
 
 	// With def.positions: how many records this sink wrote for each input
 	// in checkpoint epoch. A map, not a counter for the last input: a
@@ -179,8 +183,8 @@ func (s *sinkOp) Process(ctx *Context, r *Record) error {
 	// A record the broker would refuse fails its transaction, and every
 	// replay of it, for ever: refuse it here, where it can still go to
 	// the dead-letter topic.
-	if size := outputSize(kr); s.def.maxBytes > 0 && size > s.def.maxBytes {
-		return fmt.Errorf("output record of about %d bytes for %s is larger than producer.batch_max_bytes (%d)", size, s.def.topic, s.def.maxBytes)
+	if size := outputSize(kr); s.maxBytes > 0 && size > s.maxBytes {
+		return fmt.Errorf("output record of about %d bytes for %s is larger than %s", size+batchHeader, s.def.topic, s.limit)
 	}
 	if stamp {
 		s.ordinals[r.Source] = ordinal + 1
@@ -208,7 +212,7 @@ func outputSize(kr *kgo.Record) int {
 // handed out (the offsets were noted when it was dispatched), and a replay
 // after an abort fetches the input again.
 func (s *sinkOp) passThrough(kr *kgo.Record) bool {
-	if s.def.maxBytes > 0 && outputSize(kr) > s.def.maxBytes {
+	if s.maxBytes > 0 && outputSize(kr) > s.maxBytes {
 		return false
 	}
 	// What the fetch filled in and the producer does not set itself.

@@ -308,8 +308,17 @@ func (rt *runtime) logChanges() {
 			if _, err := st.Expire(now, expirePerCheckpoint); err != nil {
 				rt.log.Warn("expiring state", "task", t.id, "err", err)
 			}
+			limit, which := rt.recordLimit(rt.changelogs[idx])
 			for _, c := range st.Changes() {
-				rt.produce(&kgo.Record{Topic: rt.changelogs[idx], Partition: int32(t.id), Key: c.Key, Value: c.Value})
+				kr := &kgo.Record{Topic: rt.changelogs[idx], Partition: int32(t.id), Key: c.Key, Value: c.Value}
+				if size := outputSize(kr); limit > 0 && size > limit {
+					// No replay makes it fit: the state itself is too
+					// large for its changelog.
+					rt.fail(fmt.Errorf("step %s, task %d: the state of key %q is about %d bytes, larger than %s: it can never be written to its changelog; raise max.message.bytes of %s (and producer.batch_max_bytes), or keep less state per key",
+						rt.g.nodes[idx].name, t.id, c.Key, size+batchHeader, which, rt.changelogs[idx]))
+					return
+				}
+				rt.produce(kr)
 			}
 		}
 	}

@@ -79,11 +79,15 @@ func newTask(rt *runtime, id TaskID) (*task, error) {
 		case n.kind == sourceNode:
 			continue
 		case n.kind == sinkNode:
-			op = &sinkOp{def: n.sink, prod: rt}
+			so := &sinkOp{def: n.sink, prod: rt}
+			so.maxBytes, so.limit = rt.recordLimit(n.sink.topic)
+			op = so
 		case n.parallel != nil:
 			op = parallelOp{st: rt.stages[n.idx]}
 		case n.repart != nil:
-			op = &repartitionOp{def: n.repart, prod: rt.produce}
+			ro := &repartitionOp{def: n.repart, prod: rt.produce}
+			ro.maxBytes, ro.limit = rt.recordLimit(n.repart.topic)
+			op = ro
 		case n.stateful() != nil && t.stores[n.idx] == nil:
 			op = absentStateOp{step: n.name, task: id}
 		case n.stateful() != nil:
