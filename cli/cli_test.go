@@ -3,16 +3,22 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pipeline-run/pipeline/broker"
 	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -136,6 +142,109 @@ func TestQuickStart(t *testing.T) {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
+	}
+}
+
+// TestPerSensorExample runs examples/per-sensor.yaml as the README does,
+// smaller and on an embedded broker the test can read afterwards, and
+// checks every sensor's final count, maximum and mean against the readings
+// the feeder wrote.
+func TestPerSensorExample(t *testing.T) {
+	data, err := os.ReadFile("../examples/per-sensor.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.Start(broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	body := string(data)
+	for old, new := range map[string]string{
+		"records: 20000":    "records: 5000",
+		"brokers: embedded": "brokers: [" + b.Addrs()[0] + "]",
+	} {
+		if !strings.Contains(body, old) {
+			t.Fatalf("per-sensor.yaml no longer has %q; update the test", old)
+		}
+		body = strings.Replace(body, old, new, 1)
+	}
+	code, out, errs := runCLI(t, "run", "-c", writeFile(t, body))
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	if w := "summary: 5000 records in, "; !strings.Contains(out, w) {
+		t.Errorf("output lacks %q:\n%s", w, out)
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	read := func(topic string) []*kgo.Record {
+		recs, err := offsets.ReadToEnd(ctx, cl, topic, true)
+		if err != nil {
+			t.Fatalf("reading %s: %v", topic, err)
+		}
+		return recs
+	}
+	type stats struct {
+		Readings int     `json:"readings"`
+		Hottest  float64 `json:"hottest"`
+		Mean     float64 `json:"mean"`
+	}
+	want := map[string]*stats{}
+	sums := map[string]float64{}
+	broken := 0
+	for _, r := range read("sensor-readings") {
+		var in struct {
+			Sensor      string  `json:"sensor"`
+			Temperature float64 `json:"temperature"`
+		}
+		if json.Unmarshal(r.Value, &in) != nil {
+			broken++
+			continue
+		}
+		w := want[in.Sensor]
+		if w == nil {
+			w = &stats{Hottest: in.Temperature}
+			want[in.Sensor] = w
+		}
+		w.Readings++
+		w.Hottest = max(w.Hottest, in.Temperature)
+		sums[in.Sensor] += in.Temperature
+	}
+	if len(want) != 20 || broken != 2 {
+		t.Fatalf("the feeder wrote %d sensors and %d broken readings, want 20 and 2", len(want), broken)
+	}
+	// emit: checkpoint writes a sensor each checkpoint it changed in: its
+	// last record holds its final figures.
+	got := map[string]stats{}
+	for _, r := range read("sensor-stats") {
+		var s stats
+		if err := json.Unmarshal(r.Value, &s); err != nil {
+			t.Fatalf("sensor-stats %s: %v", r.Value, err)
+		}
+		got[string(r.Key)] = s
+	}
+	for sensor, w := range want {
+		w.Mean = sums[sensor] / float64(w.Readings)
+		g, ok := got[sensor]
+		switch {
+		case !ok:
+			t.Errorf("%s: no output", sensor)
+		case g.Readings != w.Readings || g.Hottest != w.Hottest || math.Abs(g.Mean-w.Mean) > 1e-9*w.Mean:
+			t.Errorf("%s: got %+v, want %+v", sensor, g, *w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d sensors in the output, want %d", len(got), len(want))
+	}
+	if n := len(read("sensor-dlq")); n != broken {
+		t.Errorf("%d dead letters, want %d", n, broken)
 	}
 }
 

@@ -93,7 +93,7 @@ func (e *env) run(ctx context.Context, args []string) error {
 		g.Go(func() error {
 			// The demo ends by itself: once every record it wrote has
 			// been committed by the pipeline, stop it.
-			if err := demo.feedAndWait(gctx, cfg.Group); err != nil {
+			if err := demo.feedAndWait(gctx, cfg.Group, p.Graph().SourceTopics()); err != nil {
 				if gctx.Err() != nil {
 					return nil
 				}
@@ -119,6 +119,7 @@ type checkpointLog struct {
 	mu        sync.Mutex
 	durations []time.Duration
 	commits   []time.Duration
+	consumed  map[string]int64 // offsets consumed per topic by committed checkpoints
 }
 
 func (c *checkpointLog) add(cp pipeline.Checkpoint) {
@@ -128,7 +129,21 @@ func (c *checkpointLog) add(cp pipeline.Checkpoint) {
 	c.mu.Lock()
 	c.durations = append(c.durations, cp.Duration)
 	c.commits = append(c.commits, cp.Commit)
+	if c.consumed == nil {
+		c.consumed = make(map[string]int64)
+	}
+	for _, r := range cp.Ranges {
+		c.consumed[r.Topic] += r.Last - r.First + 1
+	}
 	c.mu.Unlock()
+}
+
+// consumedFrom returns how many offsets of topic committed checkpoints
+// consumed: its records, for a topic written without transactions.
+func (c *checkpointLog) consumedFrom(topic string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.consumed[topic]
 }
 
 func (c *checkpointLog) percentiles() (p50, p99, max time.Duration) {

@@ -327,8 +327,9 @@ func Build(cfg *config.Config, reg *Registry) (*Graph, error) {
 // directSink returns the sink that is src's only reader when it writes each
 // record exactly as read: no key, value or header expressions and no
 // position stamps. Such records skip the Record the steps work on and go to
-// the producer as the client fetched them (see sinkOp.passThrough), which
-// took a quarter of a pass-through's CPU (see docs/benchmarks.md).
+// the producer as the client fetched them (see sinkOp.passThrough). That
+// took a quarter off a pass-through's CPU: 1.3-1.4 to 1.0-1.1 CPU-seconds
+// per million records of 100 B on real Kafka.
 func directSink(src *node) *node {
 	if src.internal || len(src.outputs) != 1 || len(src.outputs[""]) != 1 {
 		return nil
