@@ -26,6 +26,7 @@ const (
 	metricStateKeys          = "pipeline_state_keys"
 	metricStateBytes         = "pipeline_state_memory_bytes"
 	metricStateDisk          = "pipeline_state_disk_bytes"
+	metricTasksRestoring     = "pipeline_tasks_restoring"
 )
 
 // metrics exposes a pipeline's figures to Prometheus. It lives at the edge:
@@ -64,6 +65,7 @@ func newMetrics(p func() pipeline.Stats) *metrics {
 		gauge(p, metricStateKeys, "Keys in this instance's state stores as of the last checkpoint (-1: the backend does not count them).", func(s pipeline.Stats) int64 { return s.StateKeys }),
 		gauge(p, metricStateBytes, "Memory held by this instance's state stores as of the last checkpoint.", func(s pipeline.Stats) int64 { return s.StateBytes }),
 		gauge(p, metricStateDisk, "Bytes of state on disk (pebble) as of the last checkpoint.", func(s pipeline.Stats) int64 { return s.StateDisk }),
+		gauge(p, metricTasksRestoring, "Tasks restoring their state apart from the checkpoints; their records wait until they are done.", func(s pipeline.Stats) int64 { return s.Restoring }),
 		prometheus.NewGoCollector(),
 		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 	)

@@ -330,7 +330,7 @@ sinks:
 // TestStateMetrics checks that the state figures reach their metrics.
 func TestStateMetrics(t *testing.T) {
 	m := newMetrics(func() pipeline.Stats {
-		return pipeline.Stats{Restored: 1234, StateKeys: 56, StateBytes: 7890, StateDisk: 4321}
+		return pipeline.Stats{Restored: 1234, StateKeys: 56, StateBytes: 7890, StateDisk: 4321, Restoring: 3}
 	})
 	families, err := m.reg.Gather()
 	if err != nil {
@@ -341,6 +341,7 @@ func TestStateMetrics(t *testing.T) {
 		"pipeline_state_keys":                   56,
 		"pipeline_state_memory_bytes":           7890,
 		"pipeline_state_disk_bytes":             4321,
+		"pipeline_tasks_restoring":              3,
 	}
 	for _, f := range families {
 		w, ok := want[f.GetName()]

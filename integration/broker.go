@@ -50,6 +50,12 @@ type Broker interface {
 // enforces, and a default would hide a check that reads nothing.
 const suiteTxnMaxTimeout = 2 * time.Minute
 
+// suiteTxnAbortCheck has the suite's Kafka brokers look for transactions
+// past their time-out every second rather than every 10 s (Kafka's
+// default), so that a test's short transactions.timeout bites when it
+// passes, as it does on a busy production cluster sooner or later.
+const suiteTxnAbortCheck = "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000"
+
 // ErrCannotRestart is returned by Stop, Kill and Start of a broker the suite
 // does not run itself.
 var ErrCannotRestart = errors.New("the suite cannot restart this broker")

@@ -157,6 +157,7 @@ func (b *kafkaLocal) env() []string {
 		"KAFKA_LOCAL_PORT=" + strconv.Itoa(b.port),
 		"KAFKA_LOCAL_CONTROLLER_PORT=" + strconv.Itoa(b.ctlPort),
 		"KAFKA_LOCAL_TXN_MAX_TIMEOUT_MS=" + strconv.Itoa(int(suiteTxnMaxTimeout.Milliseconds())),
+		"KAFKA_LOCAL_EXTRA_PROPERTIES=" + suiteTxnAbortCheck,
 	}
 }
 

@@ -47,6 +47,11 @@ type Proxy struct {
 
 	faults [kmsg.MaxKey + 1]faultBudget
 
+	delayMu    sync.Mutex
+	delayMatch func(topic string, id [16]byte, partition int32) bool
+	delay      time.Duration
+	delayed    atomic.Int64
+
 	connections, requests, rewritten atomic.Int64
 	cuts, connsCut, lost, failed     atomic.Int64
 	errored, corrupted               atomic.Int64
@@ -437,8 +442,9 @@ type proxyConn struct {
 type inflight struct {
 	key, version int16
 	lose         bool
-	gen          int64 // of the key's fault budget, when lose was taken
-	errCode      int16 // answer with this error (ErrorProduceAnswers)
+	gen          int64         // of the key's fault budget, when lose was taken
+	errCode      int16         // answer with this error (ErrorProduceAnswers)
+	delay        time.Duration // hold the answer back this long (DelayFetches)
 }
 
 // close closes both sides; only the first call does anything, and it alone
@@ -514,6 +520,12 @@ func (pc *proxyConn) requests() {
 				}
 			}
 		}
+		if kmsg.Key(key) == kmsg.Fetch {
+			if f.delay, err = pc.p.fetchDelay(frame, version); err != nil {
+				pc.p.fail(err)
+				return
+			}
+		}
 		pc.mu.Lock()
 		pc.inflight[corr] = f
 		pc.mu.Unlock()
@@ -563,6 +575,16 @@ func (pc *proxyConn) responses() {
 			pc.p.lost.Add(1)
 			return // the deferred close drops the answer with the connection
 		}
+		if f.delay > 0 {
+			// Answers on a connection go back in order: the ones
+			// behind this wait too, as they would behind a slow one.
+			select {
+			case <-time.After(f.delay):
+			case <-pc.p.ctx.Done():
+				return
+			}
+			pc.p.delayed.Add(1)
+		}
 		rewrite := f.errCode != 0
 		switch kmsg.Key(f.key) {
 		case kmsg.Metadata, kmsg.FindCoordinator, kmsg.DescribeCluster:
@@ -588,26 +610,9 @@ func (pc *proxyConn) responses() {
 // frame, in place, and reports whether there was one.
 func corruptBatch(frame []byte, version int16) (bool, error) {
 	req := kmsg.NewPtrProduceRequest()
-	req.SetVersion(version)
-	// Request header v1+: size, key, version, correlation id, client id;
-	// then tagged fields when the request is flexible.
-	body := 4 + 8
-	if len(frame) < body+2 {
-		return false, fmt.Errorf("proxy: produce request frame of %d bytes", len(frame))
-	}
-	if n := int16(binary.BigEndian.Uint16(frame[body:])); n > 0 {
-		body += int(n)
-	}
-	body += 2
-	if req.IsFlexible() {
-		n, err := skipTags(frame[body:])
-		if err != nil {
-			return false, fmt.Errorf("proxy: produce v%d request header: %w", version, err)
-		}
-		body += n
-	}
-	if err := req.ReadFrom(frame[body:]); err != nil {
-		return false, fmt.Errorf("proxy: decoding a produce v%d request: %w", version, err)
+	body, err := decodeRequest(frame, version, req)
+	if err != nil {
+		return false, err
 	}
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
@@ -626,6 +631,68 @@ func corruptBatch(frame []byte, version int16) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// decodeRequest decodes the body of a request frame of the given version
+// into req and returns where the body starts.
+func decodeRequest(frame []byte, version int16, req kmsg.Request) (int, error) {
+	req.SetVersion(version)
+	// Request header v1+: size, key, version, correlation id, client id;
+	// then tagged fields when the request is flexible.
+	body := 4 + 8
+	if len(frame) < body+2 {
+		return 0, fmt.Errorf("proxy: %s request frame of %d bytes", kmsg.NameForKey(req.Key()), len(frame))
+	}
+	if n := int16(binary.BigEndian.Uint16(frame[body:])); n > 0 {
+		body += int(n)
+	}
+	body += 2
+	if req.IsFlexible() {
+		n, err := skipTags(frame[body:])
+		if err != nil {
+			return 0, fmt.Errorf("proxy: %s v%d request header: %w", kmsg.NameForKey(req.Key()), version, err)
+		}
+		body += n
+	}
+	if err := req.ReadFrom(frame[body:]); err != nil {
+		return 0, fmt.Errorf("proxy: decoding a %s v%d request: %w", kmsg.NameForKey(req.Key()), version, err)
+	}
+	return body, nil
+}
+
+// DelayFetches holds back, by d each, the answers to Fetch requests that
+// read a partition match accepts (by topic name or, from Fetch v13 on,
+// topic id), as a slow network or a broker reading from disk would; d = 0
+// stops it. Delayed counts them.
+func (p *Proxy) DelayFetches(match func(topic string, id [16]byte, partition int32) bool, d time.Duration) {
+	p.delayMu.Lock()
+	p.delayMatch, p.delay = match, d
+	p.delayMu.Unlock()
+}
+
+// Delayed is how many Fetch answers DelayFetches held back.
+func (p *Proxy) Delayed() int64 { return p.delayed.Load() }
+
+// fetchDelay is how long to hold back the answer to a Fetch request frame.
+func (p *Proxy) fetchDelay(frame []byte, version int16) (time.Duration, error) {
+	p.delayMu.Lock()
+	match, d := p.delayMatch, p.delay
+	p.delayMu.Unlock()
+	if d == 0 || match == nil {
+		return 0, nil
+	}
+	req := kmsg.NewPtrFetchRequest()
+	if _, err := decodeRequest(frame, version, req); err != nil {
+		return 0, err
+	}
+	for _, t := range req.Topics {
+		for _, pt := range t.Partitions {
+			if match(t.Topic, t.TopicID, pt.Partition) {
+				return d, nil
+			}
+		}
+	}
+	return 0, nil
 }
 
 // readFrame reads one size-prefixed frame, prefix included.

@@ -134,11 +134,15 @@ type Stats struct {
 	StateKeys   int64 // keys in the state stores of this instance (-1: the backend does not count them)
 	StateBytes  int64 // memory the state stores hold (the memory backend's data and every uncommitted change)
 	StateDisk   int64 // bytes of state on disk (pebble)
+	// Restoring is how many tasks are restoring their state apart from
+	// the checkpoints; their records wait until they are done.
+	Restoring int64
 }
 
 type counters struct {
 	in, out, dead, committed, aborted, rebuilds, restored atomic.Int64
 	stateKeys, stateBytes, stateDisk                      atomic.Int64 // as of the last checkpoint
+	restoring                                             atomic.Int64
 }
 
 // Stats returns the running totals.
@@ -147,7 +151,7 @@ func (p *Pipeline) Stats() Stats {
 		RecordsIn: p.stats.in.Load(), RecordsOut: p.stats.out.Load(), DeadLetters: p.stats.dead.Load(),
 		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(),
 		Restored: p.stats.restored.Load(), StateKeys: p.stats.stateKeys.Load(), StateBytes: p.stats.stateBytes.Load(),
-		StateDisk: p.stats.stateDisk.Load(),
+		StateDisk: p.stats.stateDisk.Load(), Restoring: p.stats.restoring.Load(),
 	}
 }
 
@@ -189,6 +193,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		cfg:        cfg,
 		log:        p.log,
 		tasks:      map[TaskID]*task{},
+		restores:   map[TaskID]*restoring{},
 		parts:      map[TaskID]map[string]bool{},
 		stages:     make([]*stage, len(p.g.nodes)),
 		track:      offsets.NewTracker(),
@@ -196,6 +201,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		changelogs: make([]string, len(p.g.nodes)),
 		restoreCtx: context.WithoutCancel(ctx),
 		restoreCl:  admCl,
+		clientOpts: base,
 		room:       make(chan struct{}, 1),
 		limits:     lim,
 	}
@@ -221,7 +227,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	rt.produce = func(r *kgo.Record) { rt.sink.Produce(gr.hard, r) }
 	opts := append(transactOpts(cfg, base, p.g.SourceTopics(), rt.revoked, groupErrors{rt}),
 		kgo.RecordPartitioner(manualPartitioner{manual: manual, byKey: kgo.StickyKeyPartitioner(nil)}))
-	opts = append(opts, kgo.ProducerBatchMaxBytesFn(lim.batch))
+	opts = append(opts, kgo.ProducerBatchMaxBytesFn(lim.batch),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { rt.assigned(m) }))
 	opts = append(opts, p.extra...)
 	rt.sink, err = txsink.New(opts, p.log)
 	if err != nil {
@@ -282,16 +289,29 @@ type runtime struct {
 	// Fetch requests would queue behind the consumer's long poll on the
 	// same connection, and every restore would wait out a poll.
 	restoreCl *kgo.Client
+	// clientOpts connect a client to the cluster: a restore apart from
+	// the checkpoints reads with a client of its own (restore.go).
+	clientOpts []kgo.Opt
 
 	// hard is cancelled when the shutdown grace period is over (see
 	// grace): produces, flushes and commits stop waiting for the broker.
 	hard context.Context
 
-	// mu guards tasks and parts, and every send to a task's queue, so a
-	// revoked task is never sent work after it stopped.
-	mu    sync.Mutex
-	tasks map[TaskID]*task
-	parts map[TaskID]map[string]bool // topics assigned per partition number
+	// mu guards tasks, restores, parts and kept, and every send to a
+	// task's queue, so a revoked task is never sent work after it stopped.
+	mu       sync.Mutex
+	tasks    map[TaskID]*task
+	restores map[TaskID]*restoring      // tasks restoring apart from the checkpoints (restore.go)
+	parts    map[TaskID]map[string]bool // topics assigned per partition number
+	// kept is, after a rebuild, the tasks whose state was kept for the
+	// new client; see assigned.
+	kept map[TaskID]bool
+
+	// rebuilding is set while the client is rebuilt: its revoke callbacks
+	// then keep the state. clientGen counts the clients (coordinator
+	// only): a new one has no partition paused.
+	rebuilding atomic.Bool
+	clientGen  uint64
 
 	fatalMu sync.Mutex
 	fatal   error
@@ -412,7 +432,6 @@ func (rt *runtime) loop(ctx context.Context) error {
 			if err := rt.rebuild(ctx); err != nil {
 				return err
 			}
-			rt.dropTasks()
 		}
 		if d.wait > 0 {
 			t := time.NewTimer(d.wait)
@@ -457,12 +476,28 @@ func (rt *runtime) rebuild(ctx context.Context) error {
 	rt.p.stats.rebuilds.Add(1)
 	cctx, cancel := context.WithTimeout(rt.hard, rt.cfg.Checkpoint.Timeout)
 	defer cancel()
+	// Before the new client exists: its first assignment may come at
+	// once, and must find what was kept (see assigned).
+	rt.mu.Lock()
+	rt.kept = map[TaskID]bool{}
+	for id := range rt.tasks {
+		rt.kept[id] = true
+	}
+	for id := range rt.restores {
+		rt.kept[id] = true
+	}
+	rt.mu.Unlock()
+	rt.rebuilding.Store(true)
+	defer rt.rebuilding.Store(false)
+	rt.dropTasks()
+	rt.clientGen++
 	return rt.sink.Rebuild(cctx)
 }
 
 // checkpoint reads for one interval (or max_records), then runs the
 // barrier, prepare and commit phases.
 func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
+	rt.addRestored()
 	rt.nextID++
 	cp := Checkpoint{ID: rt.nextID}
 	start := time.Now()
@@ -684,31 +719,47 @@ func (rt *runtime) processed(n int) {
 // dispatch hands each partition's records to its task, in offset order.
 func (rt *runtime) dispatch(f kgo.Fetches) int {
 	n := 0
+	var held []*restoring
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	f.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {
 			return
 		}
 		id := TaskID(p.Partition)
-		t, ok := rt.tasks[id]
-		if !ok {
-			var err error
-			if t, err = newTask(rt, id); err != nil {
-				rt.fail(err)
-				return
-			}
-			rt.tasks[id] = t
-		}
 		if rt.parts[id] == nil {
 			rt.parts[id] = map[string]bool{}
 		}
 		rt.parts[id][p.Topic] = true
+		t, ok := rt.tasks[id]
+		if !ok {
+			r := rt.restores[id]
+			if r == nil {
+				var err error
+				if t, r, err = rt.startTask(id); err != nil {
+					rt.fail(err)
+					return
+				}
+			}
+			if r != nil {
+				// Not handed out, not observed: consumption goes back
+				// to these records (holdBack), and the offsets this
+				// checkpoint commits for the partition do not move.
+				rt.restores[id] = r
+				r.hold(p)
+				held = append(held, r)
+				return
+			}
+			rt.tasks[id] = t
+		}
 		rt.track.Observe(p.Topic, p.Partition, p.Records[0].Offset, p.Records[len(p.Records)-1].Offset)
 		rt.queued.Add(int64(len(p.Records)))
 		t.in <- work{recs: p.Records, flush: -1}
 		n += len(p.Records)
 	})
+	rt.mu.Unlock()
+	if len(held) > 0 {
+		rt.holdBack(held)
+	}
 	return n
 }
 
@@ -765,7 +816,14 @@ func (rt *runtime) syncTasks(flush int) {
 // away. Rebalances are held until a checkpoint is done, so the tasks are
 // idle; a task closes once no topic of its partition number is left.
 func (rt *runtime) revoked(m map[string][]int32) {
+	if rt.rebuilding.Load() {
+		// The client closing for a rebuild gives its partitions up; the
+		// new one takes them back. dropTasks closes the tasks; their
+		// state, and the restores under way, are kept for it.
+		return
+	}
 	var stop []*task
+	var restores []*restoring
 	rt.mu.Lock()
 	for topic, parts := range m {
 		for _, p := range parts {
@@ -776,6 +834,10 @@ func (rt *runtime) revoked(m map[string][]int32) {
 					stop = append(stop, t)
 					delete(rt.tasks, id)
 				}
+				if r, ok := rt.restores[id]; ok {
+					restores = append(restores, r)
+					delete(rt.restores, id)
+				}
 				delete(rt.parts, id)
 			}
 		}
@@ -785,8 +847,47 @@ func (rt *runtime) revoked(m map[string][]int32) {
 		t.stop()
 		rt.dropState(t.id)
 	}
-	if len(stop) > 0 {
-		rt.log.Info("tasks closed after their partitions were revoked", "tasks", len(stop))
+	for _, r := range restores {
+		stopRestore(r)
+		// A paused partition stays paused through rebalances: should it
+		// come back, it must be fetched.
+		rt.sink.Client().ResumeFetchPartitions(rt.partitionsOf(r.id))
+		rt.dropState(r.id)
+	}
+	if len(stop)+len(restores) > 0 {
+		rt.log.Info("tasks closed after their partitions were revoked", "tasks", len(stop), "restoring", len(restores))
+	}
+}
+
+// assigned runs on the client's group goroutine when partitions are
+// assigned. The first assignment after a rebuild drops the state kept for
+// tasks the new client was not given back.
+func (rt *runtime) assigned(m map[string][]int32) {
+	rt.mu.Lock()
+	kept := rt.kept
+	rt.kept = nil
+	var restores []*restoring
+	for id := range kept {
+		for _, parts := range m {
+			for _, p := range parts {
+				if TaskID(p) == id {
+					delete(kept, id)
+				}
+			}
+		}
+	}
+	for id := range kept {
+		if r, ok := rt.restores[id]; ok {
+			restores = append(restores, r)
+			delete(rt.restores, id)
+		}
+	}
+	rt.mu.Unlock()
+	for _, r := range restores {
+		stopRestore(r)
+	}
+	for id := range kept {
+		rt.dropState(id)
 	}
 }
 
@@ -807,11 +908,14 @@ func (h groupErrors) OnGroupManageError(err error) {
 // would be committed), then the client, which aborts anything still open.
 func (rt *runtime) shutdown() {
 	rt.mu.Lock()
-	tasks := rt.tasks
-	rt.tasks = map[TaskID]*task{}
+	tasks, restores := rt.tasks, rt.restores
+	rt.tasks, rt.restores = map[TaskID]*task{}, map[TaskID]*restoring{}
 	rt.mu.Unlock()
 	for _, t := range tasks {
 		t.stop()
+	}
+	for _, r := range restores {
+		stopRestore(r)
 	}
 	for _, st := range rt.stages {
 		if st != nil {

@@ -8,13 +8,14 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pipeline-run/pipeline/txsink"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // syncBuffer is a log destination tests read while the pipeline writes.
@@ -41,16 +42,27 @@ func bufferLogger(b *syncBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// TestATransactionTimeoutTheBrokersRefuseStopsThePipeline lowers the
-// broker's transaction.max.timeout.ms below transactions.timeout after the
-// start-up check passed, so that the first transaction is refused
-// (INVALID_TRANSACTION_TIMEOUT). The client then refuses to begin any
-// transaction; the pipeline used to retry at once, for ever, logging every
-// attempt. It must stop with the setting named, having counted the
-// checkpoint it aborted.
+// TestATransactionTimeoutTheBrokersRefuseStopsThePipeline has the broker
+// refuse the transactional producer's time-out (INVALID_TRANSACTION_TIMEOUT)
+// although the start-up check passed, as a broker the check cannot read
+// does. The client then refuses to begin any transaction; the pipeline used
+// to retry at once, for ever, logging every attempt and counting none. It
+// must stop with the setting named, having counted what it aborted.
 func TestATransactionTimeoutTheBrokersRefuseStopsThePipeline(t *testing.T) {
 	k := newCluster(t)
 	k.topic("in", 1)
+	var refused atomic.Int64
+	k.c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		k.c.KeepControl()
+		if kreq.(*kmsg.InitProducerIDRequest).TransactionalID == nil {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := kreq.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.InvalidTransactionTimeout.Code
+		return resp, nil, true
+	})
+	k.input("in", 100, 10, nil)
 	var logs syncBuffer
 	cfg := parseConfig(t, passThrough)
 	p, err := New(cfg, nil, WithLogger(bufferLogger(&logs)), WithSeedBrokers(k.addr))
@@ -61,20 +73,6 @@ func TestATransactionTimeoutTheBrokersRefuseStopsThePipeline(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	if !poll(nil, 20*time.Second, func() bool { return logs.count("pipeline running") > 0 }) {
-		t.Fatalf("the pipeline is not running after 20 s; log:\n%s", logs.String())
-	}
-
-	actx, acancel := context.WithTimeout(ctx, 10*time.Second)
-	defer acancel()
-	resp, err := k.adm.AlterBrokerConfigs(actx, []kadm.AlterConfig{{Name: "transaction.max.timeout.ms", Value: kadm.StringPtr("10000")}})
-	if err == nil {
-		_, err = resp.On("", nil)
-	}
-	if err != nil {
-		t.Fatalf("lowering the broker's transaction.max.timeout.ms: %v", err)
-	}
-	k.input("in", 100, 10, nil)
 
 	var runErr error
 	select {
@@ -82,11 +80,14 @@ func TestATransactionTimeoutTheBrokersRefuseStopsThePipeline(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		cancel()
 		<-done
-		t.Fatalf("the pipeline did not stop within 30 s of the refused transaction; it logged %d aborted checkpoints", logs.count("checkpoint"))
+		t.Fatalf("the pipeline did not stop within 30 s of the refused transaction; it logged %d aborted checkpoints:\n%s", logs.count("checkpoint"), logs.String())
 	}
 	if runErr == nil || !errors.Is(runErr, kerr.InvalidTransactionTimeout) ||
 		!strings.Contains(runErr.Error(), "transactions.timeout (20s)") || !strings.Contains(runErr.Error(), "transaction.max.timeout.ms") {
 		t.Fatalf("Run returned %v; want INVALID_TRANSACTION_TIMEOUT naming transactions.timeout and transaction.max.timeout.ms", runErr)
+	}
+	if refused.Load() == 0 {
+		t.Fatal("the broker refused no InitProducerID: the fault did not fire")
 	}
 	if got := p.Stats().Aborted; got < 1 {
 		t.Fatalf("%d checkpoints counted as aborted, want at least the refused one", got)

@@ -10,10 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline/state"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -104,18 +101,23 @@ func (g *Graph) stateFingerprint(n *node) string {
 // them up to date with their changelogs. A step whose changelog has no
 // partition for the task (its input has fewer partitions than the task's
 // number) gets no store: none of its records are in this task.
-func (rt *runtime) openStores(t *task) error {
+//
+// It returns what the stores have left to restore.
+func (rt *runtime) openStores(t *task) (backlog, error) {
+	var need backlog
 	for _, n := range rt.g.nodes {
 		if n.stateful() == nil {
 			continue
 		}
-		st, err := rt.openStore(n, t.id)
+		st, b, err := rt.openStore(n, t.id)
 		if err != nil {
-			return err
+			return need, err
 		}
 		t.stores[n.idx] = st
+		need.offsets += b.offsets
+		need.undecided = need.undecided || b.undecided
 	}
-	return nil
+	return need, nil
 }
 
 // openStore opens the store of step n in task id, or returns nil if the
@@ -124,16 +126,21 @@ func (rt *runtime) openStores(t *task) error {
 // deleted and created again, or truncated) is discarded: a tail restore
 // would keep state the changelog no longer has and skip the records the
 // changelog has now.
-func (rt *runtime) openStore(n *node, id TaskID) (*state.Store, error) {
+func (rt *runtime) openStore(n *node, id TaskID) (*state.Store, backlog, error) {
 	topic := rt.changelogs[n.idx]
 	ctx, cancel := context.WithTimeout(rt.restoreCtx, 2*time.Minute)
 	defer cancel()
-	start, end, ok, err := changelogBounds(ctx, rt.restoreCl, topic, int32(id))
+	b, err := changelogBounds(ctx, rt.restoreCl, topic, int32(id))
 	if err != nil {
-		return nil, fmt.Errorf("step %s (%s), task %d: listing the offsets of its changelog %s: %w", n.name, n.path, id, topic, err)
+		return nil, backlog{}, fmt.Errorf("step %s (%s), task %d: listing the offsets of its changelog %s: %w", n.name, n.path, id, topic, err)
 	}
-	if !ok {
-		return nil, nil
+	if !b.ok {
+		return nil, backlog{}, nil
+	}
+	start, end := b.start, b.end
+	// need is what is left to read once the store has applied applied.
+	need := func(applied int64) backlog {
+		return backlog{offsets: max(0, end-(applied+1)), undecided: b.stable < end}
 	}
 	name := rt.cfg.Name + "/" + n.name
 	fp := rt.g.stateFingerprint(n)
@@ -146,15 +153,15 @@ func (rt *runtime) openStore(n *node, id TaskID) (*state.Store, error) {
 		// that is gone, and then it does not count.
 		applied = ie.Applied
 	case err != nil:
-		return nil, rt.stateErr(n, id, err)
+		return nil, backlog{}, rt.stateErr(n, id, err)
 	default:
 		applied = st.AppliedOffset()
 	}
 	if applied < 0 || (applied+1 >= start && applied+1 <= end) {
 		if err != nil {
-			return nil, rt.stateErr(n, id, err)
+			return nil, backlog{}, rt.stateErr(n, id, err)
 		}
-		return st, nil
+		return st, need(max(applied, start-1)), nil
 	}
 	rt.log.Warn("local state does not match its changelog (the topic was deleted and created again, or truncated); discarding it and restoring from the changelog",
 		"step", n.name, "task", id, "changelog", topic, "applied_offset", applied, "changelog_start", start, "changelog_end", end)
@@ -162,12 +169,12 @@ func (rt *runtime) openStore(n *node, id TaskID) (*state.Store, error) {
 		_ = st.Close()
 	}
 	if err := state.Reset(rt.backend, name, int32(id)); err != nil {
-		return nil, fmt.Errorf("step %s (%s), task %d: discarding stale local state: %w", n.name, n.path, id, err)
+		return nil, backlog{}, fmt.Errorf("step %s (%s), task %d: discarding stale local state: %w", n.name, n.path, id, err)
 	}
 	if st, err = state.Open(rt.backend, name, int32(id), fp, rt.clock()); err != nil {
-		return nil, rt.stateErr(n, id, err)
+		return nil, backlog{}, rt.stateErr(n, id, err)
 	}
-	return st, nil
+	return st, need(start - 1), nil
 }
 
 // stateErr explains an error opening or restoring the state of step n.
@@ -178,100 +185,6 @@ func (rt *runtime) stateErr(n *node, id TaskID, err error) error {
 			n.name, n.path, id, rt.g.keySource(n), err, n.name)
 	}
 	return fmt.Errorf("step %s (%s), task %d: %w", n.name, n.path, id, err)
-}
-
-// changelogBounds lists the start offset and the end (high watermark) of
-// partition p of a changelog; ok is false if the topic has no such
-// partition. Listing is retried while the topic is not known yet: a
-// changelog created a moment ago may not be.
-//
-// The end is the high watermark, not the last stable offset: an open
-// transaction of another producer (a previous owner of the task, not yet
-// aborted) holds the last stable offset back while committed records of
-// the current owner may follow it, and a store that applied those is not
-// stale.
-func changelogBounds(ctx context.Context, cl *kgo.Client, topic string, p int32) (start, end int64, ok bool, err error) {
-	adm := kadm.NewClient(cl) // not closed: that would close cl
-	for {
-		var starts, ends kadm.ListedOffsets
-		starts, err = adm.ListStartOffsets(ctx, topic)
-		if err == nil {
-			err = starts.Error()
-		}
-		if err == nil {
-			ends, err = adm.ListEndOffsets(ctx, topic)
-		}
-		if err == nil {
-			err = ends.Error()
-		}
-		if err == nil {
-			s, sok := starts.Lookup(topic, p)
-			e, eok := ends.Lookup(topic, p)
-			return s.Offset, e.Offset, sok && eok, nil
-		}
-		if !kerr.IsRetriable(err) {
-			return 0, 0, false, err
-		}
-		select {
-		case <-ctx.Done():
-			return 0, 0, false, errors.Join(err, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// restoreStores brings the stores of a new task up to date with their
-// changelogs, once its operators registered their states (so that each
-// record is checked against its state's codec).
-func (rt *runtime) restoreStores(t *task) error {
-	for _, n := range rt.g.nodes {
-		if st := t.stores[n.idx]; st != nil {
-			if err := rt.restore(n, t.id, st); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// restore brings st up to the changelog's last stable offset.
-func (rt *runtime) restore(n *node, id TaskID, st *state.Store) error {
-	topic := rt.changelogs[n.idx]
-	from := st.AppliedOffset() + 1
-	ctx, cancel := context.WithTimeout(rt.restoreCtx, 10*time.Minute)
-	defer cancel()
-	start, lastLog := time.Now(), time.Now()
-	var count int64
-	err := offsets.ReadPartition(ctx, rt.restoreCl, topic, int32(id), from, func(recs []*kgo.Record, p offsets.Progress) error {
-		crecs := make([]state.ChangelogRecord, len(recs))
-		for i, r := range recs {
-			crecs[i] = state.ChangelogRecord{Key: r.Key, Value: r.Value, Offset: r.Offset}
-		}
-		if err := st.Restore(crecs, recs[len(recs)-1].Offset); err != nil {
-			return err
-		}
-		count += int64(len(recs))
-		rt.p.stats.restored.Add(int64(len(recs)))
-		if time.Since(lastLog) > 2*time.Second {
-			lastLog = time.Now()
-			rt.log.Info("restoring state", "step", n.name, "task", id, "percent", 100*p.Done/max(p.Total, 1),
-				"records", count, "records_per_s", int(float64(count)/time.Since(start).Seconds()))
-		}
-		return nil
-	})
-	if err != nil {
-		if errors.Is(err, state.ErrIncompatible) {
-			return fmt.Errorf("restoring from %s: %w", topic, rt.stateErr(n, id, err))
-		}
-		return fmt.Errorf("restoring step %s (%s), task %d from %s: %w", n.name, n.path, id, topic, err)
-	}
-	if count == 0 {
-		return nil
-	}
-	elapsed := time.Since(start)
-	rt.log.Info("state restored", "step", n.name, "task", id, "changelog", topic, "from_offset", from,
-		"records", count, "records_per_s", int(float64(count)/max(elapsed.Seconds(), 1e-6)), "duration", elapsed.Round(time.Millisecond))
-	return nil
 }
 
 // absentStateOp stands for a stateful step in a task the step does not
@@ -392,12 +305,17 @@ func (rt *runtime) settleStores(committed bool) {
 
 // dropTasks closes every task, so that each restores its state from the
 // changelog when it next gets records: after a rebuild, the outcome of the
-// last transaction is known only to the broker.
+// last transaction is known only to the broker. The state the stores
+// committed is kept (a restore reads only what follows it), and so are the
+// restores under way: their records are held back on the new client too.
 func (rt *runtime) dropTasks() {
 	rt.mu.Lock()
 	tasks := rt.tasks
 	rt.tasks = map[TaskID]*task{}
 	rt.parts = map[TaskID]map[string]bool{}
+	for _, r := range rt.restores {
+		clear(r.rewind)
+	}
 	rt.mu.Unlock()
 	for _, t := range tasks {
 		t.stop()

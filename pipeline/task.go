@@ -59,7 +59,11 @@ type work struct {
 	barrier chan struct{}
 }
 
-func newTask(rt *runtime, id TaskID) (*task, error) {
+// newTask makes the task of partition number id, its operators and its
+// stores, opened and checked against their changelogs but not restored, and
+// returns what the stores have left to restore. Restore them
+// (rt.restoreStores), then start the task.
+func newTask(rt *runtime, id TaskID) (*task, backlog, error) {
 	t := &task{
 		id:     id,
 		rt:     rt,
@@ -69,9 +73,10 @@ func newTask(rt *runtime, id TaskID) (*task, error) {
 		ctxs:   make([]*Context, len(rt.g.nodes)),
 		stores: make([]*state.Store, len(rt.g.nodes)),
 	}
-	if err := rt.openStores(t); err != nil {
+	need, err := rt.openStores(t)
+	if err != nil {
 		t.closeOps()
-		return nil, err
+		return nil, need, err
 	}
 	for _, n := range rt.g.nodes {
 		var op Operator
@@ -94,27 +99,25 @@ func newTask(rt *runtime, id TaskID) (*task, error) {
 			var err error
 			if op, err = n.stateful().NewStatefulOperator(id, t.stores[n.idx]); err != nil {
 				t.closeOps()
-				return nil, &BuildError{Path: n.path, Msg: err.Error()}
+				return nil, need, &BuildError{Path: n.path, Msg: err.Error()}
 			}
 		default:
 			var err error
 			if op, err = n.def.NewOperator(id); err != nil {
 				t.closeOps()
-				return nil, &BuildError{Path: n.path, Msg: err.Error()}
+				return nil, need, &BuildError{Path: n.path, Msg: err.Error()}
 			}
 		}
 		t.ops[n.idx] = op
 		t.ctxs[n.idx] = &Context{Eval: &Evaluator{}, task: t, node: n}
 	}
-	// After the operators registered their states, so that the restore
-	// checks every record with its state's codec.
-	if err := rt.restoreStores(t); err != nil {
-		t.closeOps()
-		return nil, err
-	}
-	go t.run()
-	return t, nil
+	// The operators registered their states: the restore can check every
+	// record with its state's codec.
+	return t, need, nil
 }
+
+// start starts the task's goroutine.
+func (t *task) start() { go t.run() }
 
 func (t *task) run() {
 	defer close(t.done)
