@@ -20,6 +20,7 @@ const (
 	metricCommitDuration     = "pipeline_checkpoint_commit_duration_seconds"
 	metricRecordsIn          = "pipeline_records_in_total"
 	metricRecordsOut         = "pipeline_records_out_total"
+	metricRepartitioned      = "pipeline_records_repartitioned_total"
 	metricDeadLetters        = "pipeline_dead_letters_total"
 	metricRebuilds           = "pipeline_client_rebuilds_total"
 	metricRestored           = "pipeline_state_restored_records_total"
@@ -57,8 +58,9 @@ func newMetrics(p func() pipeline.Stats) *metrics {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(p())) })
 	}
 	m.reg.MustRegister(m.checkpoints, m.duration, m.commit,
-		counter(metricRecordsIn, "Input records covered by committed checkpoints.", func(s pipeline.Stats) int64 { return s.RecordsIn }),
-		counter(metricRecordsOut, "Records written by committed checkpoints, dead letters included.", func(s pipeline.Stats) int64 { return s.RecordsOut }),
+		counter(metricRecordsIn, "Source records covered by committed checkpoints, not those read back from repartition topics.", func(s pipeline.Stats) int64 { return s.RecordsIn }),
+		counter(metricRecordsOut, "Records committed checkpoints wrote to sinks and the dead-letter topic.", func(s pipeline.Stats) int64 { return s.RecordsOut }),
+		counter(metricRepartitioned, "Records committed checkpoints read back from key_by repartition topics.", func(s pipeline.Stats) int64 { return s.Repartitioned }),
 		counter(metricDeadLetters, "Input records sent to the dead-letter topic.", func(s pipeline.Stats) int64 { return s.DeadLetters }),
 		counter(metricRebuilds, "Times the transactional client was rebuilt after an unknown outcome or a fence.", func(s pipeline.Stats) int64 { return s.Rebuilds }),
 		counter(metricRestored, "Changelog records replayed into state stores.", func(s pipeline.Stats) int64 { return s.Restored }),

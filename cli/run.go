@@ -119,7 +119,6 @@ type checkpointLog struct {
 	mu        sync.Mutex
 	durations []time.Duration
 	commits   []time.Duration
-	consumed  map[string]int64 // offsets consumed per topic by committed checkpoints
 }
 
 func (c *checkpointLog) add(cp pipeline.Checkpoint) {
@@ -129,21 +128,7 @@ func (c *checkpointLog) add(cp pipeline.Checkpoint) {
 	c.mu.Lock()
 	c.durations = append(c.durations, cp.Duration)
 	c.commits = append(c.commits, cp.Commit)
-	if c.consumed == nil {
-		c.consumed = make(map[string]int64)
-	}
-	for _, r := range cp.Ranges {
-		c.consumed[r.Topic] += r.Last - r.First + 1
-	}
 	c.mu.Unlock()
-}
-
-// consumedFrom returns how many offsets of topic committed checkpoints
-// consumed: its records, for a topic written without transactions.
-func (c *checkpointLog) consumedFrom(topic string) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.consumed[topic]
 }
 
 func (c *checkpointLog) percentiles() (p50, p99, max time.Duration) {

@@ -109,8 +109,9 @@ type Checkpoint struct {
 	ID        CheckpointID
 	Committed bool
 	Err       error         // why it did not commit
-	Records   int           // input records it covered
-	Produced  int64         // outputs written: sink records and dead letters
+	Records   int           // records it covered, those read back from repartition topics included
+	Internal  int           // of Records, those read back from repartition topics
+	Produced  int64         // outputs written: sink records and dead letters (not repartition, changelog or progress records)
 	Bytes     int64         // bytes written, changelog and progress records included
 	Duration  time.Duration // from the first poll to the broker's answer
 	Commit    time.Duration // barrier, flush and commit
@@ -124,16 +125,19 @@ type Checkpoint struct {
 
 // Stats are the running totals of a pipeline.
 type Stats struct {
-	RecordsIn   int64 // input records covered by committed checkpoints
-	RecordsOut  int64 // records written by committed checkpoints (dead letters included)
-	DeadLetters int64 // input records sent to the dead-letter topic, committed or not
-	Committed   int64 // checkpoints committed
-	Aborted     int64 // checkpoints aborted
-	Rebuilds    int64 // times the transactional client was rebuilt
-	Restored    int64 // changelog records replayed into state stores
-	StateKeys   int64 // keys in the state stores of this instance (-1: the backend does not count them)
-	StateBytes  int64 // memory the state stores hold (the memory backend's data and every uncommitted change)
-	StateDisk   int64 // bytes of state on disk (pebble)
+	RecordsIn  int64 // source records covered by committed checkpoints (not those of repartition topics)
+	RecordsOut int64 // records written by committed checkpoints to sinks and the dead-letter topic
+	// Repartitioned is how many records committed checkpoints read back
+	// from the repartition topics of key_by steps.
+	Repartitioned int64
+	DeadLetters   int64 // input records sent to the dead-letter topic, committed or not
+	Committed     int64 // checkpoints committed
+	Aborted       int64 // checkpoints aborted
+	Rebuilds      int64 // times the transactional client was rebuilt
+	Restored      int64 // changelog records replayed into state stores
+	StateKeys     int64 // keys in the state stores of this instance (-1: the backend does not count them)
+	StateBytes    int64 // memory the state stores hold (the memory backend's data and every uncommitted change)
+	StateDisk     int64 // bytes of state on disk (pebble)
 	// Restoring is how many tasks are restoring their state apart from
 	// the checkpoints; their records wait until they are done.
 	Restoring int64
@@ -141,6 +145,7 @@ type Stats struct {
 
 type counters struct {
 	in, out, dead, committed, aborted, rebuilds, restored atomic.Int64
+	repartitioned                                         atomic.Int64
 	stateKeys, stateBytes, stateDisk                      atomic.Int64 // as of the last checkpoint
 	restoring                                             atomic.Int64
 }
@@ -148,7 +153,7 @@ type counters struct {
 // Stats returns the running totals.
 func (p *Pipeline) Stats() Stats {
 	return Stats{
-		RecordsIn: p.stats.in.Load(), RecordsOut: p.stats.out.Load(), DeadLetters: p.stats.dead.Load(),
+		RecordsIn: p.stats.in.Load(), RecordsOut: p.stats.out.Load(), Repartitioned: p.stats.repartitioned.Load(), DeadLetters: p.stats.dead.Load(),
 		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(),
 		Restored: p.stats.restored.Load(), StateKeys: p.stats.stateKeys.Load(), StateBytes: p.stats.stateBytes.Load(),
 		StateDisk: p.stats.stateDisk.Load(), Restoring: p.stats.restoring.Load(),
@@ -252,7 +257,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	gr.begin() // the loop may have stopped by itself: that shutdown is bounded too
 	rt.shutdown()
 	st := p.Stats()
-	p.log.Info("pipeline stopped", "records_in", st.RecordsIn, "records_out", st.RecordsOut, "dead_letters", st.DeadLetters,
+	p.log.Info("pipeline stopped", "records_in", st.RecordsIn, "records_out", st.RecordsOut, "repartitioned", st.Repartitioned, "dead_letters", st.DeadLetters,
 		"checkpoints_committed", st.Committed, "checkpoints_aborted", st.Aborted, "state_keys", st.StateKeys, "state_bytes", st.StateBytes, "err", err)
 	return err
 }
@@ -325,6 +330,10 @@ type runtime struct {
 	// its bound or below.
 	queued atomic.Int64
 	room   chan struct{}
+
+	// internalOut counts the records key_by steps wrote to repartition
+	// topics in the open checkpoint: they are not outputs.
+	internalOut atomic.Int64
 }
 
 // Produce sends an output (a sink's record or a dead letter) within the
@@ -509,6 +518,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		return cp
 	}
 	rt.track.Begin()
+	rt.internalOut.Store(0)
 	deadline := nextDeadline(rt.cadence, start, rt.cfg.Checkpoint.Interval, rt.lastCommit)
 	rt.cadence, rt.lastCommit = time.Time{}, 0
 	max := rt.cfg.Checkpoint.MaxRecords
@@ -531,7 +541,9 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 			cp.rebuild = true
 			break
 		}
-		cp.Records += rt.dispatch(fetches)
+		n, internal := rt.dispatch(fetches)
+		cp.Records += n
+		cp.Internal += internal
 		if !time.Now().Before(deadline) {
 			fullInterval = true
 			break
@@ -550,6 +562,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	// Every output so far went through Produce; the changelog and
 	// progress records come after.
 	cp.Produced, _ = rt.sink.Produced()
+	cp.Produced -= rt.internalOut.Load()
 	if cp.Err == nil && !rt.failed() {
 		rt.logChanges()
 	}
@@ -623,7 +636,8 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	}
 	rt.settleStores(true)
 	rt.p.stats.committed.Add(1)
-	rt.p.stats.in.Add(int64(cp.Records))
+	rt.p.stats.in.Add(int64(cp.Records - cp.Internal))
+	rt.p.stats.repartitioned.Add(int64(cp.Internal))
 	rt.p.stats.out.Add(cp.Produced)
 	if cp.Records > 0 {
 		rt.log.Debug("checkpoint committed", "checkpoint", cp.ID, "records", cp.Records, "produced", cp.Produced,
@@ -717,8 +731,7 @@ func (rt *runtime) processed(n int) {
 }
 
 // dispatch hands each partition's records to its task, in offset order.
-func (rt *runtime) dispatch(f kgo.Fetches) int {
-	n := 0
+func (rt *runtime) dispatch(f kgo.Fetches) (n, internal int) {
 	var held []*restoring
 	rt.mu.Lock()
 	f.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -755,12 +768,15 @@ func (rt *runtime) dispatch(f kgo.Fetches) int {
 		rt.queued.Add(int64(len(p.Records)))
 		t.in <- work{recs: p.Records, flush: -1}
 		n += len(p.Records)
+		if src := rt.g.byTopic[p.Topic]; src != nil && src.internal {
+			internal += len(p.Records)
+		}
 	})
 	rt.mu.Unlock()
 	if len(held) > 0 {
 		rt.holdBack(held)
 	}
-	return n
+	return n, internal
 }
 
 // barrier returns once every record handed out has been fully processed:
