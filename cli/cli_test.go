@@ -50,6 +50,7 @@ steps:
   - map: {vaule: x}
 sinks: {out: {topic: b, key: "("}}
 `)
+	ttlBare := writeFile(t, "name: v\nbrokers: [127.0.0.1:9]\nsources: {in: {topics: [a]}}\nsteps: [{dedupe: {ttl: 5}}]\nsinks: {out: {topic: b}}\n")
 	tests := []struct {
 		name       string
 		args       []string
@@ -73,6 +74,8 @@ sinks: {out: {topic: b, key: "("}}
 				"steps[1].map.vaule (line 6): unknown key",
 				`sinks.out.key (line 7): expression "(": unexpected token EOF (1:1)`,
 			}, inOrder: true},
+		{name: "a duration in an operator spec needs a unit", args: []string{"validate", "-c", ttlBare}, code: 2,
+			wantErr: []string{`steps[0].dedupe.ttl (line 4): a duration needs a unit: found 5; write "5s", "5ms" or "5m"`}},
 		{name: "run with a bad file exits 2 before anything runs", args: []string{"run", "-c", bad}, code: 2,
 			wantErr:    []string{"checkpoint.intervl", `steps[0].filter (line 6): expression "value.x >": unexpected token EOF`},
 			notWantErr: []string{"broker started", "pipeline running"}},

@@ -326,7 +326,12 @@ func TestEnvironmentErrorsNameTheVariable(t *testing.T) {
 		{
 			"a value that does not parse",
 			map[string]string{"PIPELINE_CHECKPOINT_INTERVAL": "soon"},
-			`checkpoint.interval: expected a duration such as "500ms" or "1s", found "soon" (set by PIPELINE_CHECKPOINT_INTERVAL)`,
+			`checkpoint.interval: expected a duration such as "500ms", "1s" or "1h30m" (units: ns, us, ms, s, m, h), found "soon" (set by PIPELINE_CHECKPOINT_INTERVAL)`,
+		},
+		{
+			"a bare number",
+			map[string]string{"PIPELINE_CHECKPOINT_INTERVAL": "5"},
+			`checkpoint.interval: a duration needs a unit: found 5; write "5s", "5ms" or "5m" (units: ns, us, ms, s, m, h) (set by PIPELINE_CHECKPOINT_INTERVAL)`,
 		},
 		{
 			"a value that breaks a rule",
@@ -341,7 +346,7 @@ func TestEnvironmentErrorsNameTheVariable(t *testing.T) {
 		{
 			"a value that does not parse, alone even where a rule reads it",
 			map[string]string{"PIPELINE_CHECKPOINT_TIMEOUT": "forever"}, // its default, 30s, would break the transactions rule
-			`checkpoint.timeout: expected a duration such as "500ms" or "1s", found "forever" (set by PIPELINE_CHECKPOINT_TIMEOUT)`,
+			`checkpoint.timeout: expected a duration such as "500ms", "1s" or "1h30m" (units: ns, us, ms, s, m, h), found "forever" (set by PIPELINE_CHECKPOINT_TIMEOUT)`,
 		},
 		{
 			"a broker list that is not addresses",

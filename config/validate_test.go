@@ -79,9 +79,10 @@ func TestValidationRules(t *testing.T) {
 		{"a zero max_buffered_bytes is rejected", "producer: {max_buffered_bytes: 0}", "producer.max_buffered_bytes (line 7): must be positive"},
 
 		// checkpoint and transactions
-		{"a duration without a unit is rejected", "checkpoint: {interval: 5}", `checkpoint.interval (line 7): expected a duration such as "500ms" or "1s", found "5"`},
+		{"a duration without a unit is rejected", "checkpoint: {interval: 5}", `checkpoint.interval (line 7): a duration needs a unit: found 5; write "5s", "5ms" or "5m" (units: ns, us, ms, s, m, h)`},
+		{"a duration that is not one is rejected", "checkpoint: {interval: soon}", `checkpoint.interval (line 7): expected a duration such as "500ms", "1s" or "1h30m" (units: ns, us, ms, s, m, h), found "soon"`},
 		{"a zero checkpoint interval is rejected", "checkpoint: {interval: 0s}", "checkpoint.interval (line 7): must be positive, found 0s"},
-		{"a negative checkpoint timeout is rejected", "checkpoint: {timeout: -1s}", "checkpoint.timeout (line 7): must be positive, found -1s"},
+		{"a negative checkpoint timeout is rejected", "checkpoint: {timeout: -1s}", "checkpoint.timeout (line 7): must not be negative, found -1s"},
 		{"a zero max_records is rejected", "checkpoint: {max_records: 0}", "checkpoint.max_records (line 7): must be positive, found 0"},
 		{"a zero transaction timeout is rejected", "transactions: {timeout: 0s}", "transactions.timeout (line 7): must be positive, found 0s"},
 		{
@@ -293,7 +294,7 @@ func TestUnknownKeys(t *testing.T) {
 		{"a misspelt dead-letter key suggests the right one", "dead_letter: {topik: dlq}", `dead_letter.topik (line 7): unknown key (did you mean "topic"?)`},
 		{"a misspelt tls key suggests the right one", "tls: {ca_fil: x}", `tls.ca_fil (line 7): unknown key (did you mean "ca_file"?)`},
 		{"a section that is not a mapping is rejected", "checkpoint: 1s", `checkpoint (line 7): expected a mapping of checkpoint settings, found "1s"`},
-		{"a setting that is a mapping is rejected", "checkpoint:\n  interval: {seconds: 1}", `checkpoint.interval (line 8): expected a duration such as "500ms" or "1s", found a mapping`},
+		{"a setting that is a mapping is rejected", "checkpoint:\n  interval: {seconds: 1}", `checkpoint.interval (line 8): expected a duration such as "500ms", "1s" or "1h30m" (units: ns, us, ms, s, m, h), found a mapping`},
 		{"a name that is a list is rejected", "name: [a, b]", "name (line 1): expected a string, found a list"},
 		{"keys inside an operator spec are free", "steps:\n  - map: {anything: goes}", ""},
 		{"header names are free", "sinks:\n  out: {topic: output, headers: {X-Any-Thing: value.x}}", ""},
