@@ -351,3 +351,28 @@ func FuzzValidate(f *testing.F) {
 	}
 	f.Fuzz(checkBrokenFile)
 }
+
+// TestHostileFilesGiveOneErrorLine runs validate on a file beyond the size
+// limit and on an alias bomb: each is one line on stderr, exit 2.
+func TestHostileFilesGiveOneErrorLine(t *testing.T) {
+	var bomb strings.Builder
+	bomb.WriteString("name: v\nbrokers: [127.0.0.1:9]\nsources: {in: {topics: [a]}}\nsteps:\n  - map:\n      l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&bomb, "      l%d: &l%d [*l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d]\n", i, i, i-1)
+	}
+	bomb.WriteString("sinks: {out: {topic: b}}\n")
+	tests := []struct{ name, body, want string }{
+		{"a 9.4 MB file", "name: v\n" + strings.Repeat("# a comment line of padding\n", 350_000),
+			"the file is 9800008 bytes; a pipeline file may be at most 1048576 bytes (1 MiB)"},
+		{"an alias bomb", bomb.String(), "line 10: the document is too large once its aliases are expanded"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := runCLI(t, "validate", "-c", writeFile(t, tc.body))
+			lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+			if code != ExitUsage || len(lines) != 1 || !strings.Contains(lines[0], tc.want) || out != "" {
+				t.Fatalf("exit %d, want %d and one line with %q\nstdout: %s\nstderr (%d lines): %.3000s", code, ExitUsage, tc.want, out, len(lines), errs)
+			}
+		})
+	}
+}
