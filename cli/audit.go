@@ -15,12 +15,13 @@ import (
 var errAuditFailed = errors.New("audit found violations")
 
 func (e *env) audit(ctx context.Context, args []string) error {
-	fs := e.flags("audit")
+	fs := e.command("audit", "audit -c FILE [--from BOUND] [--to BOUND]",
+		"Checks the pipeline's committed history against its topics and the group's offsets;\nexits 0 only when every check holds. Run it on a stopped pipeline.")
 	path := fs.String("c", "", "the pipeline's YAML `file`")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
 	from := fs.String("from", "", "audit only checkpoints committed from this `bound` on: an RFC 3339 time (2026-03-01T12:00:00Z) or a checkpoint instance/run/id")
 	to := fs.String("to", "", "audit only checkpoints committed up to this `bound`, included: an RFC 3339 time or a checkpoint instance/run/id")
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	var w audit.Window

@@ -104,6 +104,15 @@ func (e *env) main(ctx context.Context, args []string) int {
 	return ExitFailure
 }
 
+func (e *env) version(args []string) error {
+	c := e.command("version", "version", "Prints the version of this binary, set at build time (dev for a plain go build).")
+	if err := c.parse(args); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, "pipeline", Version)
+	return nil
+}
+
 func indent(s string) string {
 	if !strings.Contains(s, "\n") {
 		return s
@@ -133,35 +142,13 @@ func (e *env) dispatch(ctx context.Context, args []string) error {
 	case "state":
 		return e.stateCmd(ctx, rest)
 	case "version", "--version", "-version":
-		fmt.Fprintln(e.stdout, "pipeline", Version)
-		return nil
+		return e.version(rest)
 	case "help", "-h", "--help":
 		fmt.Fprint(e.stdout, usage)
 		return nil
 	}
 	fmt.Fprint(e.stderr, usage)
 	return usagef("unknown command %q", cmd)
-}
-
-// flags returns a flag set for a command that reports its errors as usage
-// errors and prints its help to stderr.
-func (e *env) flags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	return fs
-}
-
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
-	}
-	return nil
 }
 
 // loadConfig loads and validates the file, then builds the graph so that

@@ -17,9 +17,15 @@ import (
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCLIContext(t, context.Background(), args...)
+}
+
+// runCLIContext is runCLI under ctx: its end is a SIGTERM.
+func runCLIContext(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	e := &env{reg: pipeline.NewRegistry(), stdout: &out, stderr: &errb}
-	code = e.main(context.Background(), args)
+	code = e.main(ctx, args)
 	return code, out.String(), errb.String()
 }
 

@@ -17,12 +17,13 @@ import (
 )
 
 func (e *env) validate(args []string) error {
-	fs := e.flags("validate")
+	fs := e.command("validate", "validate -c FILE",
+		"Checks a configuration as run does (environment overrides, operators and expressions\nincluded) without connecting to Kafka, and prints its graph. Every problem is\nreported with its YAML path and line; exit 2.")
 	path := fs.String("c", "", "the pipeline's YAML `file`")
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	cfg, g, err := e.loadConfig(*path)
+	cfg, g, _, err := e.loadRunConfig(*path)
 	if err != nil {
 		return err
 	}
@@ -31,14 +32,18 @@ func (e *env) validate(args []string) error {
 }
 
 func (e *env) broker(ctx context.Context, args []string) error {
-	fs := e.flags("broker")
+	fs := e.command("broker", "broker [--port N] [--data-dir DIR] [--topics a,b --partitions P]",
+		"Runs the embedded Kafka-protocol broker on 127.0.0.1 until SIGINT or SIGTERM,\nfor development and tests.")
 	port := fs.Int("port", 9092, "port to listen on, on 127.0.0.1")
 	dir := fs.String("data-dir", "", "persist to this `directory` (default: memory only)")
 	topics := fs.String("topics", "", "comma-separated topics to create at start")
 	parts := fs.Int("partitions", 1, "partitions of the topics created at start")
 	txnMax := fs.Int("txn-max-timeout-ms", 0, "the broker's transaction.max.timeout.ms (default: Kafka's 900000)")
-	level := fs.String("log-level", "info", "log level (debug, info, warn, error)")
-	if err := parse(fs, args); err != nil {
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := checkLevel(*level); err != nil {
 		return err
 	}
 	if *port < 0 || *port > 65535 {
@@ -84,14 +89,51 @@ func (e *env) adminFor(cfg *config.Config) (*kadm.Client, error) {
 }
 
 func (e *env) offsets(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "show" && args[0] != "reset") {
-		return usagef("offsets: want `offsets show -c FILE` or `offsets reset -c FILE --to earliest|latest`")
-	}
-	sub := args[0]
-	fs := e.flags("offsets " + sub)
+	return e.group(ctx, "offsets", args, []subcommand{
+		{"show", "offsets show -c FILE", "Prints the group's committed offset, the end and the lag of each partition the\npipeline reads.", e.offsetsShow},
+		{"reset", "offsets reset -c FILE --to earliest|latest", "Moves the group's committed offsets of every source topic to its start or end.\nStop every instance first, and wait consumer.session_timeout.", e.offsetsReset},
+	})
+}
+
+func (e *env) offsetsReset(ctx context.Context, fs *command, args []string) error {
 	path := fs.String("c", "", "the pipeline's YAML `file`")
-	to := fs.String("to", "", "with reset: earliest or latest")
-	if err := parse(fs, args[1:]); err != nil {
+	to := fs.String("to", "", "where to move the offsets: earliest or latest")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	var rt offsets.ResetTo
+	switch *to {
+	case "earliest":
+		rt = offsets.ToStart
+	case "latest":
+		rt = offsets.ToEnd
+	default:
+		return usagef("offsets reset: --to must be earliest or latest, found %q", *to)
+	}
+	cfg, g, err := e.loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	adm, err := e.adminFor(cfg)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	os, err := offsets.Reset(ctx, adm, cfg.Group, rt, g.SourceTopics()...)
+	if err != nil {
+		return err
+	}
+	os.Each(func(o kadm.Offset) {
+		fmt.Fprintf(e.stdout, "%s/%d -> %d\n", o.Topic, o.Partition, o.At)
+	})
+	return nil
+}
+
+func (e *env) offsetsShow(ctx context.Context, fs *command, args []string) error {
+	path := fs.String("c", "", "the pipeline's YAML `file`")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	cfg, g, err := e.loadConfig(*path)
@@ -105,25 +147,6 @@ func (e *env) offsets(ctx context.Context, args []string) error {
 	defer adm.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if sub == "reset" {
-		var rt offsets.ResetTo
-		switch *to {
-		case "earliest":
-			rt = offsets.ToStart
-		case "latest":
-			rt = offsets.ToEnd
-		default:
-			return usagef("offsets reset: --to must be earliest or latest")
-		}
-		os, err := offsets.Reset(ctx, adm, cfg.Group, rt, g.SourceTopics()...)
-		if err != nil {
-			return err
-		}
-		os.Each(func(o kadm.Offset) {
-			fmt.Fprintf(e.stdout, "%s/%d -> %d\n", o.Topic, o.Partition, o.At)
-		})
-		return nil
-	}
 	lags, err := offsets.Describe(ctx, adm, cfg.Group, g.SourceTopics()...)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "TOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\n")
@@ -139,14 +162,17 @@ func (e *env) offsets(ctx context.Context, args []string) error {
 }
 
 func (e *env) transactions(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "hanging" {
-		return usagef("transactions: want `transactions hanging -c FILE [--abort]`")
-	}
-	fs := e.flags("transactions hanging")
+	return e.group(ctx, "transactions", args, []subcommand{
+		{"hanging", "transactions hanging -c FILE [--abort] [--older-than D]",
+			"Lists (and with --abort, aborts) the transactions left open on the partitions of the\npipeline's sink and dead-letter topics.", e.hanging},
+	})
+}
+
+func (e *env) hanging(ctx context.Context, fs *command, args []string) error {
 	path := fs.String("c", "", "the pipeline's YAML `file`")
 	abort := fs.Bool("abort", false, "abort the hanging transactions found")
 	older := fs.Duration("older-than", 0, "report transactions open longer than this (default: transactions.timeout)")
-	if err := parse(fs, args[1:]); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	cfg, g, err := e.loadConfig(*path)

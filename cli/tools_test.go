@@ -265,7 +265,7 @@ sinks:
 		return out
 	}
 
-	if code, _, errs := runCLI(t, "state", "reset", "-c", cfg, "--step", "nope"); code != 2 || !strings.Contains(errs, `not a stateful step of this pipeline (stateful: [per_key other])`) {
+	if code, _, errs := runCLI(t, "state", "reset", "-c", cfg, "--step", "nope"); code != 2 || !strings.Contains(errs, `not a stateful step of this pipeline; its stateful steps are per_key and other`) {
 		t.Fatalf("a bad step: exit %d %s", code, errs)
 	}
 
