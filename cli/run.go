@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -91,6 +92,7 @@ func (e *env) run(ctx context.Context, args []string) error {
 	if m != nil {
 		g.Go(func() error { return m.serve(gctx, ln, log) })
 	}
+	var demoDone atomic.Bool
 	if demo != nil {
 		g.Go(func() error {
 			// The demo ends by itself: once every record it wrote has
@@ -101,6 +103,7 @@ func (e *env) run(ctx context.Context, args []string) error {
 				}
 				return err
 			}
+			demoDone.Store(true)
 			cancel()
 			return nil
 		})
@@ -111,7 +114,10 @@ func (e *env) run(ctx context.Context, args []string) error {
 		return err
 	}
 	if demo != nil {
-		return demo.report(context.WithoutCancel(ctx), e.stdout, cfg, p.Graph().OutputTopics(), p.Stats(), &cps, elapsed)
+		// Stopped by a signal before the demo was done is a clean stop
+		// like any other: report what was committed, and exit 0.
+		stopped := !demoDone.Load() && ctx.Err() != nil
+		return demo.report(context.WithoutCancel(ctx), e.stdout, cfg, p.Graph().OutputTopics(), p.Stats(), &cps, elapsed, stopped)
 	}
 	return nil
 }
