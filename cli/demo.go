@@ -111,7 +111,7 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string) error {
 	}
 	d.log.Info("all readings written; waiting for the pipeline to commit them", "records", d.sent)
 	for {
-		lags, err := offsets.Describe(ctx, d.adm, group, dc.Topic)
+		lags, err := offsets.Describe(ctx, d.cl, group, dc.Topic)
 		if err == nil {
 			var lag int64
 			for _, l := range lags {

@@ -70,10 +70,9 @@ func (e *env) broker(ctx context.Context, args []string) error {
 	return nil
 }
 
-// adminFor connects an admin client reading committed data to the
-// pipeline's cluster. The embedded broker lives inside `run`; tools
-// cannot reach it.
-func (e *env) adminFor(cfg *config.Config) (*kadm.Client, error) {
+// clientFor connects a client reading committed data to the pipeline's
+// cluster. The embedded broker lives inside `run`; tools cannot reach it.
+func (e *env) clientFor(cfg *config.Config) (*kgo.Client, error) {
 	if cfg.Brokers.Embedded {
 		return nil, usagef("brokers: embedded: the embedded broker lives inside `pipeline run`; point brokers at a running broker (e.g. `pipeline broker`)")
 	}
@@ -81,7 +80,12 @@ func (e *env) adminFor(cfg *config.Config) (*kadm.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(append(base, kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	return kgo.NewClient(append(base, kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+}
+
+// adminFor is clientFor for an admin client; closing it closes the client.
+func (e *env) adminFor(cfg *config.Config) (*kadm.Client, error) {
+	cl, err := e.clientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -140,14 +144,14 @@ func (e *env) offsetsShow(ctx context.Context, fs *command, args []string) error
 	if err != nil {
 		return err
 	}
-	adm, err := e.adminFor(cfg)
+	cl, err := e.clientFor(cfg)
 	if err != nil {
 		return err
 	}
-	defer adm.Close()
+	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	lags, err := offsets.Describe(ctx, adm, cfg.Group, g.SourceTopics()...)
+	lags, err := offsets.Describe(ctx, cl, cfg.Group, g.SourceTopics()...)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "TOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\n")
 	for _, l := range lags {
