@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,6 +70,7 @@ func (e *env) audit(ctx context.Context, args []string) error {
 			spec.Positioned = append(spec.Positioned, s.Topic)
 		}
 	}
+	spec.OnRead = e.auditProgress()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	r, err := audit.Run(ctx, cl, spec)
@@ -98,6 +100,33 @@ func (e *env) audit(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintln(e.stdout, ok)
 	return nil
+}
+
+// progressEvery is the least time between two of audit's progress lines.
+const progressEvery = 2 * time.Second
+
+// auditProgress returns what tells the user on stderr how far an audit
+// has read: at once, then at most once per progressEvery (or
+// e.progressEvery), so that a long audit is seen to be working.
+func (e *env) auditProgress() func(audit.Reading) {
+	every := cmp.Or(e.progressEvery, progressEvery)
+	var last time.Time
+	return func(r audit.Reading) {
+		now := time.Now()
+		if !last.IsZero() && now.Sub(last) < every {
+			return
+		}
+		last = now
+		what := r.What + " " + r.Topic
+		if r.What == "progress" {
+			what = "the progress topic " + r.Topic
+		}
+		pct := int64(100)
+		if r.Total > 0 {
+			pct = r.Done * 100 / r.Total
+		}
+		fmt.Fprintf(e.stderr, "audit: reading %s (topic %d of %d): %d of %d offsets (%d%%)\n", what, r.Index, r.Topics, r.Done, r.Total, pct)
+	}
 }
 
 // windowUsage makes a window end that cannot be used a usage error naming

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/pipeline"
@@ -51,6 +52,9 @@ type env struct {
 	reg    *pipeline.Registry
 	stdout io.Writer
 	stderr io.Writer
+	// progressEvery is the least time between two progress lines of a
+	// long command; 0: its default.
+	progressEvery time.Duration
 }
 
 const usage = `pipeline runs exactly-once Kafka-to-Kafka stream-processing pipelines.
