@@ -2,15 +2,11 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/pipeline-run/pipeline/broker"
 	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -90,146 +86,4 @@ func (e *env) adminFor(cfg *config.Config) (*kadm.Client, error) {
 		return nil, err
 	}
 	return kadm.NewClient(cl), nil
-}
-
-func (e *env) offsets(ctx context.Context, args []string) error {
-	return e.group(ctx, "offsets", args, []subcommand{
-		{"show", "offsets show -c FILE", "Prints the group's committed offset, the end and the lag of each partition the\npipeline reads.", e.offsetsShow},
-		{"reset", "offsets reset -c FILE --to earliest|latest", "Moves the group's committed offsets of every source topic to its start or end.\nStop every instance first, and wait consumer.session_timeout.", e.offsetsReset},
-	})
-}
-
-func (e *env) offsetsReset(ctx context.Context, fs *command, args []string) error {
-	path := fs.String("c", "", "the pipeline's YAML `file`")
-	to := fs.String("to", "", "where to move the offsets: earliest or latest")
-	if err := fs.parse(args); err != nil {
-		return err
-	}
-	var rt offsets.ResetTo
-	switch *to {
-	case "earliest":
-		rt = offsets.ToStart
-	case "latest":
-		rt = offsets.ToEnd
-	default:
-		return usagef("offsets reset: --to must be earliest or latest, found %q", *to)
-	}
-	cfg, g, err := e.loadConfig(*path)
-	if err != nil {
-		return err
-	}
-	adm, err := e.adminFor(cfg)
-	if err != nil {
-		return err
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	os, err := offsets.Reset(ctx, adm, cfg.Group, rt, g.SourceTopics()...)
-	if err != nil {
-		return err
-	}
-	os.Each(func(o kadm.Offset) {
-		fmt.Fprintf(e.stdout, "%s/%d -> %d\n", o.Topic, o.Partition, o.At)
-	})
-	return nil
-}
-
-func (e *env) offsetsShow(ctx context.Context, fs *command, args []string) error {
-	path := fs.String("c", "", "the pipeline's YAML `file`")
-	if err := fs.parse(args); err != nil {
-		return err
-	}
-	cfg, g, err := e.loadConfig(*path)
-	if err != nil {
-		return err
-	}
-	cl, err := e.clientFor(cfg)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	lags, err := offsets.Describe(ctx, cl, cfg.Group, g.SourceTopics()...)
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "TOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\n")
-	for _, l := range lags {
-		c := fmt.Sprint(l.Committed)
-		if l.Committed < 0 {
-			c = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\n", l.Topic, l.Partition, c, l.End, l.Lag)
-	}
-	tw.Flush()
-	return err
-}
-
-func (e *env) transactions(ctx context.Context, args []string) error {
-	return e.group(ctx, "transactions", args, []subcommand{
-		{"hanging", "transactions hanging -c FILE [--abort] [--older-than D]",
-			"Lists (and with --abort, aborts) the transactions left open on the partitions of the\npipeline's sink and dead-letter topics.", e.hanging},
-	})
-}
-
-func (e *env) hanging(ctx context.Context, fs *command, args []string) error {
-	path := fs.String("c", "", "the pipeline's YAML `file`")
-	abort := fs.Bool("abort", false, "abort the hanging transactions found")
-	older := fs.Duration("older-than", 0, "report transactions open longer than this (default: transactions.timeout)")
-	if err := fs.parse(args); err != nil {
-		return err
-	}
-	cfg, g, err := e.loadConfig(*path)
-	if err != nil {
-		return err
-	}
-	adm, err := e.adminFor(cfg)
-	if err != nil {
-		return err
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	topics := g.OutputTopics()
-	set, err := pipeline.PartitionsOf(ctx, adm, topics...)
-	if err != nil {
-		return err
-	}
-	if *older == 0 {
-		*older = cfg.Transactions.Timeout
-	}
-	hanging, err := pipeline.Hanging(ctx, adm, set, *older)
-	if err != nil {
-		return err
-	}
-	if len(hanging) == 0 {
-		fmt.Fprintf(e.stdout, "no transaction open longer than %s on %s\n", *older, strings.Join(topics, ", "))
-		return nil
-	}
-	for _, h := range hanging {
-		fmt.Fprintf(e.stdout, "%s/%d: producer %d epoch %d open since offset %d, last write %s ago: %s\n", h.Topic, h.Partition, h.ProducerID, h.Epoch, h.StartOffset, h.OpenFor.Round(time.Second), h.Reason)
-	}
-	if !*abort {
-		return nil
-	}
-	var errs []error
-	for _, h := range hanging {
-		resp, err := adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{
-			ProducerID: h.ProducerID, ProducerEpoch: h.Epoch, Commit: false,
-			CoordinatorEpoch: -1, Topics: kadm.TopicsSet{h.Topic: {h.Partition: {}}},
-		})
-		if err == nil {
-			resp.EachPartition(func(p kadm.TxnMarkersPartitionResponse) {
-				if p.Err != nil && err == nil {
-					err = p.Err
-				}
-			})
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("aborting %s/%d producer %d: %w", h.Topic, h.Partition, h.ProducerID, err))
-			continue
-		}
-		fmt.Fprintf(e.stdout, "aborted %s/%d producer %d\n", h.Topic, h.Partition, h.ProducerID)
-	}
-	return errors.Join(errs...)
 }
