@@ -60,7 +60,8 @@ type env struct {
 const usage = `pipeline runs exactly-once Kafka-to-Kafka stream-processing pipelines.
 
 Usage:
-  pipeline run -c FILE             run the pipeline until SIGINT/SIGTERM
+  pipeline run -c FILE [--log-level LEVEL]
+                                   run the pipeline until SIGINT/SIGTERM
   pipeline validate -c FILE        check a configuration and print its graph
   pipeline broker --port N [--data-dir DIR] [--topics a,b --partitions P]
                                    run the embedded Kafka-protocol broker
@@ -75,6 +76,9 @@ Usage:
   pipeline state reset -c FILE --step NAME
                                    delete one stateful step's state (pipeline stopped)
   pipeline version                 print the version
+
+validate, offsets show, transactions hanging and audit take --format json.
+pipeline COMMAND -h prints a command's help and flags.
 
 Exit status: 0 ok, 1 runtime failure, 2 bad usage or configuration.
 `

@@ -8,6 +8,9 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/pipeline-run/pipeline/config"
 )
 
 // command is one command's flags and help. Its help goes to stdout when
@@ -55,6 +58,27 @@ func (c *command) parse(args []string) error {
 	}
 	return nil
 }
+
+// duration adds a duration flag read as the configuration reads
+// durations (config.ParseDuration): "30s", not a bare number.
+func (c *command) duration(name string, def time.Duration, usage string) *time.Duration {
+	d := def
+	c.Var((*durationValue)(&d), name, usage)
+	return &d
+}
+
+type durationValue time.Duration
+
+func (d *durationValue) Set(s string) error {
+	v, err := config.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
 
 // subcommand is one of a group's commands, such as offsets show.
 type subcommand struct {

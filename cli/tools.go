@@ -13,18 +13,47 @@ import (
 )
 
 func (e *env) validate(args []string) error {
-	fs := e.command("validate", "validate -c FILE",
+	fs := e.command("validate", "validate -c FILE [--format text|json]",
 		"Checks a configuration as run does (environment overrides, operators and expressions\nincluded) without connecting to Kafka, and prints its graph. Every problem is\nreported with its YAML path and line; exit 2.")
 	path := fs.String("c", "", "the pipeline's YAML `file`")
+	format := fs.formatFlag()
 	if err := fs.parse(args); err != nil {
 		return err
 	}
+	asJSON, err := jsonFormat(*format)
+	if err != nil {
+		return err
+	}
 	cfg, g, _, err := e.loadRunConfig(*path)
+	if asJSON {
+		v := validation{Valid: err == nil, Errors: []problem{}}
+		if err != nil {
+			v.Errors = problems(err)
+		} else {
+			v.Name, v.Graph = &cfg.Name, new(g.Summary())
+			v.SourceTopics, v.OutputTopics = g.SourceTopics(), g.OutputTopics()
+		}
+		if werr := e.writeJSON(v); werr != nil {
+			return werr
+		}
+		return err
+	}
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "%s: valid: %s\n", cfg.Name, g.Summary())
 	return nil
+}
+
+// validation is validate's JSON output. Name, Graph and the topics are
+// null when the file is not valid.
+type validation struct {
+	Name         *string   `json:"name"`
+	Valid        bool      `json:"valid"`
+	Graph        *string   `json:"graph"`
+	SourceTopics []string  `json:"source_topics"`
+	OutputTopics []string  `json:"output_topics"`
+	Errors       []problem `json:"errors"`
 }
 
 func (e *env) broker(ctx context.Context, args []string) error {
