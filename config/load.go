@@ -88,6 +88,7 @@ func parse(data []byte, name string, env environment) (*Config, error) {
 	r.steps(root.get("steps"))
 	r.sinks(root.get("sinks"))
 	r.topicConfigs(root.at("topics.configs"))
+	r.topicCreates(root.at("topics.create"))
 	r.deadLetterCluster(root.get("dead_letter"))
 	c.setDefaults(root.get("demo") != nil)
 

@@ -651,6 +651,36 @@ func aliasBomb() string {
 	return withBase(b.String())
 }
 
+func TestTopicsToCreate(t *testing.T) {
+	c := mustParse(t, withBase("brokers: embedded\nembedded: {port: 19092}\ntopics:\n  partitions: 4\n  create:\n    - {name: input, partitions: 3, configs: {cleanup.policy: compact}}\n    - name: other\n"))
+	want := []TopicSpec{
+		{Name: "input", Partitions: 3, Configs: map[string]string{"cleanup.policy": "compact"}, Path: "topics.create[0]"},
+		{Name: "other", Path: "topics.create[1]"},
+	}
+	if !reflect.DeepEqual(c.Topics.Create, want) {
+		t.Errorf("topics.create = %+v, want %+v", c.Topics.Create, want)
+	}
+	if c.Embedded.Port != 19092 {
+		t.Errorf("embedded.port = %d, want 19092", c.Embedded.Port)
+	}
+	if got := c.Topics.Create[1].PartitionsOr(c.Topics.Partitions); got != 4 {
+		t.Errorf("a topic to create without partitions gets %d, want topics.partitions (4)", got)
+	}
+	if got := (TopicSpec{}).PartitionsOr(0); got != 1 {
+		t.Errorf("with neither, a topic to create gets %d partitions, want 1", got)
+	}
+
+	c, err := Parse([]byte(withBase("brokers: embedded")), "test.yaml", envOf(map[string]string{"PIPELINE_EMBEDDED_PORT": "19093"}))
+	if err != nil || c.Embedded.Port != 19093 {
+		t.Fatalf("PIPELINE_EMBEDDED_PORT: port %v, %v", c, err)
+	}
+	_, err = parse([]byte(base), "test.yaml", listedEnv(map[string]string{"PIPELINE_TOPICS_CREATE": "input"}))
+	wantErr := "PIPELINE_TOPICS_CREATE: topics.create cannot be set from the environment: it is the pipeline's shape and belongs in the file"
+	if err == nil || err.Error() != wantErr {
+		t.Errorf("PIPELINE_TOPICS_CREATE: %v, want %s", err, wantErr)
+	}
+}
+
 // TestOversizedDocumentsGiveOneError checks that a file too large, or one
 // that aliases make too large, is refused with one error saying which,
 // and nothing after it: no "found null" for the values left unread, no
