@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/pipeline-run/pipeline/audit"
-	"github.com/pipeline-run/pipeline/pipeline"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // errAuditFailed makes `audit` exit 1 after it printed its findings.
@@ -55,14 +53,7 @@ func (e *env) audit(ctx context.Context, args []string) error {
 	if !cfg.Audit.Enabled {
 		return usagef("audit.enabled is false: the pipeline writes no progress records to audit")
 	}
-	if cfg.Brokers.Embedded {
-		return usagef("brokers: embedded: the embedded broker lives inside `pipeline run`; point brokers at a running broker")
-	}
-	base, err := pipeline.ClientOpts(cfg, nil, nil)
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(base...)
+	cl, err := e.clientFor(cfg) // the audit's reads choose their isolation
 	if err != nil {
 		return err
 	}

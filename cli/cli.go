@@ -1,7 +1,7 @@
 // Package cli is the pipeline command line: run, validate, broker, offsets,
-// transactions and version. It is a package rather than part of
-// cmd/pipeline so that a Go user can build their own binary with their own
-// operators:
+// transactions, audit, state, topics and version. It is a
+// package rather than part of cmd/pipeline so that a Go user can build
+// their own binary with their own operators:
 //
 //	func main() {
 //		reg := pipeline.NewRegistry()
@@ -50,6 +50,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // env is what a command runs with; tests replace the streams.
 type env struct {
 	reg    *pipeline.Registry
+	stdin  io.Reader // nil reads nothing
 	stdout io.Writer
 	stderr io.Writer
 	// progressEvery is the least time between two progress lines of a
@@ -75,6 +76,8 @@ Usage:
                                    (exit 0 only when every check holds)
   pipeline state reset -c FILE --step NAME
                                    delete one stateful step's state (pipeline stopped)
+  pipeline topics list|create (-c FILE | --brokers ADDRS) ...
+                                   list or create topics
   pipeline version                 print the version
 
 validate, offsets show, transactions hanging and audit take --format json.
@@ -88,7 +91,7 @@ Exit status: 0 ok, 1 runtime failure, 2 bad usage or configuration.
 func Main(args []string, reg *pipeline.Registry) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e := &env{reg: reg, stdout: os.Stdout, stderr: os.Stderr}
+	e := &env{reg: reg, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
 	return e.main(ctx, args)
 }
 
@@ -149,6 +152,9 @@ func (e *env) dispatch(ctx context.Context, args []string) error {
 		return e.audit(ctx, rest)
 	case "state":
 		return e.stateCmd(ctx, rest)
+	case "topics":
+		return e.topics(ctx, rest)
+
 	case "version", "--version", "-version":
 		return e.version(rest)
 	case "help", "-h", "--help":

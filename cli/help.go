@@ -80,6 +80,49 @@ func (d *durationValue) Set(s string) error {
 
 func (d *durationValue) String() string { return time.Duration(*d).String() }
 
+// parseArgs is parse for a command that takes arguments besides its
+// flags, in any order: `topics create input --partitions 3`.
+func (c *command) parseArgs(args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := c.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				c.help(c.e.stdout)
+				return nil, err
+			}
+			return nil, usagef("%s: %v (see pipeline %s -h)", c.Name(), err, c.Name())
+		}
+		if c.NArg() == 0 {
+			return rest, nil
+		}
+		rest = append(rest, c.Arg(0))
+		args = c.Args()[1:]
+	}
+}
+
+// repeated is a flag that may be given several times, each name=value.
+type repeated struct {
+	flag string
+	kv   map[string]string
+}
+
+func (c *command) keyValues(name, usage string) map[string]string {
+	r := &repeated{flag: name, kv: map[string]string{}}
+	c.Var(r, name, usage)
+	return r.kv
+}
+
+func (r *repeated) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want name=value, found %q", s)
+	}
+	r.kv[k] = v
+	return nil
+}
+
+func (r *repeated) String() string { return "" }
+
 // subcommand is one of a group's commands, such as offsets show.
 type subcommand struct {
 	name     string
@@ -137,6 +180,14 @@ func joinList(xs []string, word string) string {
 		return strings.Join(xs, "")
 	}
 	return strings.Join(xs[:len(xs)-1], ", ") + " " + word + " " + xs[len(xs)-1]
+}
+
+// count says n things: "1 record", "3 records".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // logLevels are the levels --log-level and log.level take.

@@ -53,13 +53,24 @@ func (e *env) run(ctx context.Context, args []string) error {
 
 	var seeds []string
 	if cfg.Brokers.Embedded {
-		b, err := broker.Start(broker.Options{Logger: log})
+		b, err := broker.Start(broker.Options{Port: cfg.Embedded.Port, Logger: log})
 		if err != nil {
+			if cfg.Embedded.Port > 0 {
+				// A taken port is the file's to fix, as metrics.listen's is.
+				return usagef("embedded.port: %v", err)
+			}
 			return err
 		}
 		defer b.Close()
 		seeds = b.Addrs()
 		log.Info("embedded broker started", "addr", seeds[0])
+		// Before the pipeline's start-up checks, which want its
+		// sources' topics to exist.
+		if err := createConfigured(ctx, cfg, seeds, log); err != nil {
+			return err
+		}
+	} else if len(cfg.Topics.Create) > 0 {
+		log.Warn("topics.create is for the embedded broker; its topics are not created on these brokers", "topics", len(cfg.Topics.Create))
 	}
 
 	var demo *demoRun

@@ -7,9 +7,6 @@ import (
 
 	"github.com/pipeline-run/pipeline/broker"
 	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/pipeline"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func (e *env) validate(args []string) error {
@@ -93,26 +90,4 @@ func (e *env) broker(ctx context.Context, args []string) error {
 	b.Close()
 	fmt.Fprintln(e.stdout, "broker stopped")
 	return nil
-}
-
-// clientFor connects a client reading committed data to the pipeline's
-// cluster. The embedded broker lives inside `run`; tools cannot reach it.
-func (e *env) clientFor(cfg *config.Config) (*kgo.Client, error) {
-	if cfg.Brokers.Embedded {
-		return nil, usagef("brokers: embedded: the embedded broker lives inside `pipeline run`; point brokers at a running broker (e.g. `pipeline broker`)")
-	}
-	base, err := pipeline.ClientOpts(cfg, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	return kgo.NewClient(append(base, kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
-}
-
-// adminFor is clientFor for an admin client; closing it closes the client.
-func (e *env) adminFor(cfg *config.Config) (*kadm.Client, error) {
-	cl, err := e.clientFor(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return kadm.NewClient(cl), nil
 }
