@@ -1,5 +1,5 @@
 // Package cli is the pipeline command line: run, validate, broker, offsets,
-// transactions, audit, state, topics and version. It is a
+// transactions, audit, state, topics, produce, consume and version. It is a
 // package rather than part of cmd/pipeline so that a Go user can build
 // their own binary with their own operators:
 //
@@ -78,6 +78,10 @@ Usage:
                                    delete one stateful step's state (pipeline stopped)
   pipeline topics list|create (-c FILE | --brokers ADDRS) ...
                                    list or create topics
+  pipeline produce (-c FILE | --brokers ADDRS) --topic T [--file F]
+                                   write records from JSON or raw lines
+  pipeline consume (-c FILE | --brokers ADDRS) --topic T [--max N]
+                                   print a topic's records as JSON lines
   pipeline version                 print the version
 
 validate, offsets show, transactions hanging and audit take --format json.
@@ -154,7 +158,10 @@ func (e *env) dispatch(ctx context.Context, args []string) error {
 		return e.stateCmd(ctx, rest)
 	case "topics":
 		return e.topics(ctx, rest)
-
+	case "produce":
+		return e.produce(ctx, rest)
+	case "consume":
+		return e.consume(ctx, rest)
 	case "version", "--version", "-version":
 		return e.version(rest)
 	case "help", "-h", "--help":

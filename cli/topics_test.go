@@ -74,7 +74,7 @@ func TestTopicsCreateAndList(t *testing.T) {
 // embedded names no address unless it sets embedded.port.
 func TestToolsReachTheEmbeddedBrokerOnlyAtAKnownPort(t *testing.T) {
 	path := writeFile(t, "name: v\nbrokers: embedded\nsources: {in: {topics: [a]}}\nsinks: {out: {topic: b}}\n")
-	for _, args := range [][]string{{"topics", "list", "-c", path}, {"offsets", "show", "-c", path}, {"audit", "-c", path}} {
+	for _, args := range [][]string{{"topics", "list", "-c", path}, {"offsets", "show", "-c", path}, {"audit", "-c", path}, {"consume", "-c", path, "--topic", "b"}} {
 		code, _, errs := runCLI(t, args...)
 		if code != ExitUsage || !strings.Contains(errs, "set embedded.port (or PIPELINE_EMBEDDED_PORT) to reach it while the run lasts") {
 			t.Errorf("%v: exit %d\n%s", args, code, errs)
