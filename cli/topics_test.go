@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 
@@ -79,5 +81,40 @@ func TestToolsReachTheEmbeddedBrokerOnlyAtAKnownPort(t *testing.T) {
 		if code != ExitUsage || !strings.Contains(errs, "set embedded.port (or PIPELINE_EMBEDDED_PORT) to reach it while the run lasts") {
 			t.Errorf("%v: exit %d\n%s", args, code, errs)
 		}
+	}
+}
+
+// TestTopicsToCreateAreForTheEmbeddedBrokerOnly runs a file with
+// topics.create against brokers of its own: run warns and creates nothing.
+func TestTopicsToCreateAreForTheEmbeddedBrokerOnly(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	path := writeFile(t, "name: v\nbrokers: ["+c.ListenAddrs()[0]+"]\ntopics: {create: [{name: in}]}\nsources: {in: {topics: [in]}}\nsinks: {out: {topic: b}}\n")
+	code, _, errs := runCLI(t, "run", "-c", path)
+	if code != ExitFailure || !strings.Contains(errs, "topics.create is for the embedded broker; its topics are not created on these brokers") ||
+		!strings.Contains(errs, `topic "in" does not exist`) {
+		t.Fatalf("exit %d, want 1 after the warning\n%s", code, errs)
+	}
+	if c.TopicInfo("in") != nil {
+		t.Error("topics.create was honoured on brokers other than the embedded one")
+	}
+}
+
+// TestEmbeddedPortTaken: a port the embedded broker cannot listen on is
+// the file's to fix, exit 2.
+func TestEmbeddedPortTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("PIPELINE_EMBEDDED_PORT", fmt.Sprint(l.Addr().(*net.TCPAddr).Port))
+	path := writeFile(t, "name: v\nbrokers: embedded\ntopics: {create: [{name: in}]}\nsources: {in: {topics: [in]}}\nsinks: {out: {topic: b}}\n")
+	code, _, errs := runCLI(t, "run", "-c", path)
+	if code != ExitUsage || !strings.Contains(errs, "pipeline: embedded.port: ") || !strings.Contains(errs, "address already in use") {
+		t.Fatalf("exit %d, want 2 naming embedded.port\n%s", code, errs)
 	}
 }
