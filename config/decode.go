@@ -435,43 +435,6 @@ func (r *reader) steps(v *value) {
 	}
 }
 
-// topicConfigs reads topics.configs.
-func (r *reader) topicConfigs(v *value) {
-	r.c.Topics.Configs = r.stringMap(v, "a mapping of topic config names to values")
-}
-
-var topicSpecKeys = []string{"name", "partitions", "configs"}
-
-// topicCreates reads topics.create: a list of {name, partitions, configs}.
-func (r *reader) topicCreates(v *value) {
-	if v.null() {
-		return
-	}
-	if v.kind != yaml.SequenceNode {
-		r.errorf(v.path, "expected a list of topics such as [{name: input, partitions: 3}], found %s", v.describe())
-		return
-	}
-	for i, item := range v.items {
-		t := TopicSpec{Path: fmt.Sprintf("%s[%d]", v.path, i)}
-		if item.kind != yaml.MappingNode {
-			r.errorf(t.Path, "expected a mapping such as {name: input, partitions: 3}, found %s", item.describe())
-			continue
-		}
-		r.mapping(item, "", topicSpecKeys)
-		for _, f := range item.pairs {
-			switch f.key {
-			case "name":
-				t.Name = r.str(f.val)
-			case "partitions":
-				t.Partitions = r.int32(f.val)
-			case "configs":
-				t.Configs = r.stringMap(f.val, "a mapping of topic config names to values")
-			}
-		}
-		r.c.Topics.Create = append(r.c.Topics.Create, t)
-	}
-}
-
 // deadLetterCluster reads the cluster keys under dead_letter; the rest of
 // dead_letter is settings.
 func (r *reader) deadLetterCluster(v *value) {

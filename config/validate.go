@@ -250,41 +250,6 @@ func (k *checker) show(path string, v time.Duration) string {
 	return fmt.Sprintf("%s (%s%s)", path, fmtDuration(v), from)
 }
 
-func (k *checker) topics() {
-	t := k.c.Topics
-	if t.Partitions < 0 {
-		k.errorf("topics.partitions", "must not be negative (0 means as many as the largest source topic), found %d", t.Partitions)
-	}
-	if t.ReplicationFactor != -1 && t.ReplicationFactor < 1 {
-		k.errorf("topics.replication_factor", "must be -1 (the broker's default) or at least 1, found %d", t.ReplicationFactor)
-	}
-	for _, name := range sortedKeys(t.Configs) {
-		if name == "" {
-			k.errorf("topics.configs", "a topic config name is empty")
-		}
-	}
-	seen := make(map[string]string)
-	for _, c := range t.Create {
-		switch {
-		case c.Name == "":
-			k.errorf(c.Path+".name", "required: the topic to create")
-		case k.topic(c.Path+".name", c.Name):
-			if first, dup := seen[c.Name]; dup {
-				k.errorf(c.Path+".name", "topic %q is already in %s", c.Name, first)
-			}
-			seen[c.Name] = cmp.Or(seen[c.Name], c.Path)
-		}
-		if c.Partitions < 0 {
-			k.errorf(c.Path+".partitions", "must not be negative (0 means topics.partitions, or 1), found %d", c.Partitions)
-		}
-		for _, name := range sortedKeys(c.Configs) {
-			if name == "" {
-				k.errorf(c.Path+".configs", "a topic config name is empty")
-			}
-		}
-	}
-}
-
 // graph checks sources and steps: names, the streams they read, and that
 // sources, steps and sinks share one namespace of names.
 func (k *checker) graph() {
