@@ -142,7 +142,7 @@ func (e *env) group(ctx context.Context, name string, args []string, subs []subc
 	help := func(w io.Writer) {
 		fmt.Fprintf(w, "Usage:\n")
 		for _, s := range subs {
-			fmt.Fprintf(w, "  pipeline %s\n      %s\n", s.synopsis, firstLine(s.about))
+			fmt.Fprintf(w, "  pipeline %s\n      %s\n", s.synopsis, strings.ReplaceAll(s.about, "\n", "\n      "))
 		}
 		fmt.Fprintf(w, "\n`pipeline %s SUBCOMMAND -h` lists a subcommand's flags.\n", name)
 	}
@@ -162,11 +162,6 @@ func (e *env) group(ctx context.Context, name string, args []string, subs []subc
 	}
 	s := subs[i]
 	return s.run(ctx, e.command(name+" "+s.name, s.synopsis, s.about), args[1:])
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
 }
 
 // orList formats choices for messages: "a, b or c".
