@@ -15,7 +15,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -39,6 +38,10 @@ type Spec struct {
 	DeadLetter string
 	// Window bounds the audit; the zero Window audits the whole history.
 	Window Window
+	// OnRead, when not nil, is told how far the audit's reads have come:
+	// which topic it reads, and how many of its offsets it has read. It
+	// is called from Run's goroutine, often; throttling is the caller's.
+	OnRead func(Reading)
 	// StartLatest says a new group of the pipeline starts at the end of
 	// its inputs (consumer.start_from: latest), skipping what is there on
 	// purpose. Where that end was is not recorded, so the records before
@@ -162,8 +165,9 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 	adm := kadm.NewClient(cl)
 	r := &Report{}
 	whole := spec.Window.IsZero()
+	rd := newReader(cl, spec)
 
-	h, err := readProgress(ctx, cl, spec, r)
+	h, err := readProgress(ctx, rd, spec, r)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +186,7 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 	// before, never against the start of the topic.
 	inputData := map[tp][]int64{} // offsets of read_committed data records
 	for _, topic := range spec.Inputs {
-		recs, err := offsets.ReadToEnd(ctx, cl, topic, true)
+		recs, err := rd.read(ctx, "input", topic)
 		if err != nil {
 			return nil, fmt.Errorf("reading input %s: %w", topic, err)
 		}
@@ -240,7 +244,7 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 	// history; a window bounds the outputs only through their sources.
 	src := newSources(spec, h, r)
 	for _, topic := range spec.Outputs {
-		recs, err := offsets.ReadToEnd(ctx, cl, topic, true)
+		recs, err := rd.read(ctx, "output", topic)
 		if err != nil {
 			return nil, fmt.Errorf("reading output %s: %w", topic, err)
 		}
@@ -405,8 +409,8 @@ func logStarts(ctx context.Context, adm *kadm.Client, topics []string) (map[tp]i
 
 // readProgress reads the group's committed progress records, in the order
 // they committed.
-func readProgress(ctx context.Context, cl *kgo.Client, spec Spec, r *Report) (*history, error) {
-	recs, err := offsets.ReadToEnd(ctx, cl, spec.Progress, true)
+func readProgress(ctx context.Context, rd *reader, spec Spec, r *Report) (*history, error) {
+	recs, err := rd.read(ctx, "progress", spec.Progress)
 	if err != nil {
 		return nil, fmt.Errorf("reading the progress topic: %w", err)
 	}

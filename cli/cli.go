@@ -1,7 +1,7 @@
 // Package cli is the pipeline command line: run, validate, broker, offsets,
-// transactions and version. It is a package rather than part of
-// cmd/pipeline so that a Go user can build their own binary with their own
-// operators:
+// transactions, audit, state, topics, produce, consume and version. It is a
+// package rather than part of cmd/pipeline so that a Go user can build
+// their own binary with their own operators:
 //
 //	func main() {
 //		reg := pipeline.NewRegistry()
@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/pipeline"
@@ -49,14 +50,19 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // env is what a command runs with; tests replace the streams.
 type env struct {
 	reg    *pipeline.Registry
+	stdin  io.Reader // nil reads nothing
 	stdout io.Writer
 	stderr io.Writer
+	// progressEvery is the least time between two progress lines of a
+	// long command; 0: its default.
+	progressEvery time.Duration
 }
 
 const usage = `pipeline runs exactly-once Kafka-to-Kafka stream-processing pipelines.
 
 Usage:
-  pipeline run -c FILE             run the pipeline until SIGINT/SIGTERM
+  pipeline run -c FILE [--log-level LEVEL]
+                                   run the pipeline until SIGINT/SIGTERM
   pipeline validate -c FILE        check a configuration and print its graph
   pipeline broker --port N [--data-dir DIR] [--topics a,b --partitions P]
                                    run the embedded Kafka-protocol broker
@@ -70,7 +76,16 @@ Usage:
                                    (exit 0 only when every check holds)
   pipeline state reset -c FILE --step NAME
                                    delete one stateful step's state (pipeline stopped)
+  pipeline topics list|create (-c FILE | --brokers ADDRS) ...
+                                   list or create topics
+  pipeline produce (-c FILE | --brokers ADDRS) --topic T [--file F]
+                                   write records from JSON or raw lines
+  pipeline consume (-c FILE | --brokers ADDRS) --topic T [--max N]
+                                   print a topic's records as JSON lines
   pipeline version                 print the version
+
+validate, offsets show, transactions hanging and audit take --format json.
+pipeline COMMAND -h prints a command's help and flags.
 
 Exit status: 0 ok, 1 runtime failure, 2 bad usage or configuration.
 `
@@ -80,7 +95,7 @@ Exit status: 0 ok, 1 runtime failure, 2 bad usage or configuration.
 func Main(args []string, reg *pipeline.Registry) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e := &env{reg: reg, stdout: os.Stdout, stderr: os.Stderr}
+	e := &env{reg: reg, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
 	return e.main(ctx, args)
 }
 
@@ -102,6 +117,15 @@ func (e *env) main(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintln(e.stderr, "pipeline:", indent(err.Error()))
 	return ExitFailure
+}
+
+func (e *env) version(args []string) error {
+	c := e.command("version", "version", "Prints the version of this binary, set at build time (dev for a plain go build).")
+	if err := c.parse(args); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, "pipeline", Version)
+	return nil
 }
 
 func indent(s string) string {
@@ -132,36 +156,20 @@ func (e *env) dispatch(ctx context.Context, args []string) error {
 		return e.audit(ctx, rest)
 	case "state":
 		return e.stateCmd(ctx, rest)
+	case "topics":
+		return e.topics(ctx, rest)
+	case "produce":
+		return e.produce(ctx, rest)
+	case "consume":
+		return e.consume(ctx, rest)
 	case "version", "--version", "-version":
-		fmt.Fprintln(e.stdout, "pipeline", Version)
-		return nil
+		return e.version(rest)
 	case "help", "-h", "--help":
 		fmt.Fprint(e.stdout, usage)
 		return nil
 	}
 	fmt.Fprint(e.stderr, usage)
 	return usagef("unknown command %q", cmd)
-}
-
-// flags returns a flag set for a command that reports its errors as usage
-// errors and prints its help to stderr.
-func (e *env) flags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	return fs
-}
-
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
-	}
-	return nil
 }
 
 // loadConfig loads and validates the file, then builds the graph so that

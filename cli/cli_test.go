@@ -23,9 +23,15 @@ import (
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCLIContext(t, context.Background(), args...)
+}
+
+// runCLIContext is runCLI under ctx: its end is a SIGTERM.
+func runCLIContext(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	e := &env{reg: pipeline.NewRegistry(), stdout: &out, stderr: &errb}
-	code = e.main(context.Background(), args)
+	code = e.main(ctx, args)
 	return code, out.String(), errb.String()
 }
 
@@ -56,6 +62,7 @@ steps:
   - map: {vaule: x}
 sinks: {out: {topic: b, key: "("}}
 `)
+	ttlBare := writeFile(t, "name: v\nbrokers: [127.0.0.1:9]\nsources: {in: {topics: [a]}}\nsteps: [{dedupe: {ttl: 5}}]\nsinks: {out: {topic: b}}\n")
 	tests := []struct {
 		name       string
 		args       []string
@@ -79,6 +86,8 @@ sinks: {out: {topic: b, key: "("}}
 				"steps[1].map.vaule (line 6): unknown key",
 				`sinks.out.key (line 7): expression "(": unexpected token EOF (1:1)`,
 			}, inOrder: true},
+		{name: "a duration in an operator spec needs a unit", args: []string{"validate", "-c", ttlBare}, code: 2,
+			wantErr: []string{`steps[0].dedupe.ttl (line 4): a duration needs a unit: found 5; write "5s", "5ms" or "5m"`}},
 		{name: "run with a bad file exits 2 before anything runs", args: []string{"run", "-c", bad}, code: 2,
 			wantErr:    []string{"checkpoint.intervl", `steps[0].filter (line 6): expression "value.x >": unexpected token EOF`},
 			notWantErr: []string{"broker started", "pipeline running"}},
@@ -456,4 +465,29 @@ func FuzzValidate(f *testing.F) {
 		f.Add([]byte(brokenFile(rng)))
 	}
 	f.Fuzz(checkBrokenFile)
+}
+
+// TestHostileFilesGiveOneErrorLine runs validate on a file beyond the size
+// limit and on an alias bomb: each is one line on stderr, exit 2.
+func TestHostileFilesGiveOneErrorLine(t *testing.T) {
+	var bomb strings.Builder
+	bomb.WriteString("name: v\nbrokers: [127.0.0.1:9]\nsources: {in: {topics: [a]}}\nsteps:\n  - map:\n      l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&bomb, "      l%d: &l%d [*l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d, *l%[3]d]\n", i, i, i-1)
+	}
+	bomb.WriteString("sinks: {out: {topic: b}}\n")
+	tests := []struct{ name, body, want string }{
+		{"a 9.4 MB file", "name: v\n" + strings.Repeat("# a comment line of padding\n", 350_000),
+			"the file is 9800008 bytes; a pipeline file may be at most 1048576 bytes (1 MiB)"},
+		{"an alias bomb", bomb.String(), "line 10: the document is too large once its aliases are expanded"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := runCLI(t, "validate", "-c", writeFile(t, tc.body))
+			lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+			if code != ExitUsage || len(lines) != 1 || !strings.Contains(lines[0], tc.want) || out != "" {
+				t.Fatalf("exit %d, want %d and one line with %q\nstdout: %s\nstderr (%d lines): %.3000s", code, ExitUsage, tc.want, out, len(lines), errs)
+			}
+		})
+	}
 }

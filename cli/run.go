@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -9,22 +10,28 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/pipeline-run/pipeline/broker"
+	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/pipeline"
 	"golang.org/x/sync/errgroup"
 )
 
 func (e *env) run(ctx context.Context, args []string) error {
-	fs := e.flags("run")
+	fs := e.command("run", "run -c FILE [--log-level LEVEL]",
+		"Runs the pipeline until SIGINT or SIGTERM, then finishes or aborts the open checkpoint\nand exits 0. With a demo: section, it ends by itself once the demo is processed.")
 	path := fs.String("c", "", "the pipeline's YAML `file`")
-	level := fs.String("log-level", "", "override log.level (debug, info, warn, error)")
-	if err := parse(fs, args); err != nil {
+	level := fs.String("log-level", "", "override log.level: debug, info, warn or error")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	cfg, _, err := e.loadConfig(*path)
+	if err := checkLevel(*level); err != nil {
+		return err
+	}
+	cfg, _, crash, err := e.loadRunConfig(*path)
 	if err != nil {
 		return err
 	}
@@ -46,13 +53,24 @@ func (e *env) run(ctx context.Context, args []string) error {
 
 	var seeds []string
 	if cfg.Brokers.Embedded {
-		b, err := broker.Start(broker.Options{Logger: log})
+		b, err := broker.Start(broker.Options{Port: cfg.Embedded.Port, Logger: log})
 		if err != nil {
+			if cfg.Embedded.Port > 0 {
+				// A taken port is the file's to fix, as metrics.listen's is.
+				return usagef("embedded.port: %v", err)
+			}
 			return err
 		}
 		defer b.Close()
 		seeds = b.Addrs()
 		log.Info("embedded broker started", "addr", seeds[0])
+		// Before the pipeline's start-up checks, which want its
+		// sources' topics to exist.
+		if err := createConfigured(ctx, cfg, seeds, log); err != nil {
+			return err
+		}
+	} else if len(cfg.Topics.Create) > 0 {
+		log.Warn("topics.create is for the embedded broker; its topics are not created on these brokers", "topics", len(cfg.Topics.Create))
 	}
 
 	var demo *demoRun
@@ -63,10 +81,6 @@ func (e *env) run(ctx context.Context, args []string) error {
 		defer demo.close()
 	}
 
-	crash, err := crashPoint(os.Getenv("PIPELINE_CRASH_AT"))
-	if err != nil {
-		return err
-	}
 	p, err = pipeline.New(cfg, e.reg, crash,
 		pipeline.WithLogger(log),
 		pipeline.WithSeedBrokers(seeds...),
@@ -89,6 +103,7 @@ func (e *env) run(ctx context.Context, args []string) error {
 	if m != nil {
 		g.Go(func() error { return m.serve(gctx, ln, log) })
 	}
+	var demoDone atomic.Bool
 	if demo != nil {
 		g.Go(func() error {
 			// The demo ends by itself: once every record it wrote has
@@ -99,6 +114,7 @@ func (e *env) run(ctx context.Context, args []string) error {
 				}
 				return err
 			}
+			demoDone.Store(true)
 			cancel()
 			return nil
 		})
@@ -109,7 +125,10 @@ func (e *env) run(ctx context.Context, args []string) error {
 		return err
 	}
 	if demo != nil {
-		return demo.report(context.WithoutCancel(ctx), e.stdout, cfg, p.Graph().OutputTopics(), p.Stats(), &cps, elapsed)
+		// Stopped by a signal before the demo was done is a clean stop
+		// like any other: report what was committed, and exit 0.
+		stopped := !demoDone.Load() && ctx.Err() != nil
+		return demo.report(context.WithoutCancel(ctx), e.stdout, cfg, p.Graph().OutputTopics(), p.Stats(), &cps, elapsed, stopped)
 	}
 	return nil
 }
@@ -142,17 +161,39 @@ func (c *checkpointLog) percentiles() (p50, p99, max time.Duration) {
 	return s[len(s)/2], s[(len(s)*99)/100], s[len(s)-1]
 }
 
+// loadRunConfig is loadConfig for run and validate, which also check
+// PIPELINE_CRASH_AT, the crash drill run reads, and report a bad value
+// with the configuration's other problems. It returns the drill's option.
+func (e *env) loadRunConfig(path string) (*config.Config, *pipeline.Graph, pipeline.Option, error) {
+	cfg, g, err := e.loadConfig(path)
+	crash, cerr := crashPoint(os.Getenv(crashVar))
+	if cerr == nil {
+		return cfg, g, crash, err
+	}
+	var ce config.Errors
+	switch {
+	case err == nil:
+		return nil, nil, nil, config.Errors{cerr}
+	case errors.As(err, &ce):
+		// Without a line, it sorts first, with the other variables'.
+		return nil, nil, nil, append(config.Errors{cerr}, ce...)
+	}
+	return nil, nil, nil, err
+}
+
+const crashVar = "PIPELINE_CRASH_AT"
+
 // crashPoint reads PIPELINE_CRASH_AT, a fault drill: "POINT:N" makes the
 // process SIGKILL itself at POINT (before-commit or after-commit) of the
 // N-th checkpoint that read records. Empty: no drill.
-func crashPoint(spec string) (pipeline.Option, error) {
+func crashPoint(spec string) (pipeline.Option, *config.FieldError) {
 	if spec == "" {
 		return func(*pipeline.Pipeline) {}, nil
 	}
 	point, nth, ok := strings.Cut(spec, ":")
 	n, err := strconv.Atoi(nth)
 	if !ok || err != nil || n < 1 || (point != string(pipeline.BeforeCommit) && point != string(pipeline.AfterCommit)) {
-		return nil, usagef("PIPELINE_CRASH_AT=%q: want before-commit:N or after-commit:N", spec)
+		return nil, &config.FieldError{Path: crashVar, Msg: fmt.Sprintf("%q is not a crash point: want before-commit:N or after-commit:N, N from 1", spec)}
 	}
 	seen := 0
 	return pipeline.WithFaultPoint(func(at pipeline.FaultPoint, cp pipeline.Checkpoint) {

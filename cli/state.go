@@ -22,13 +22,16 @@ import (
 // each. Only the first run finds the changelog; every run resets each task
 // of the step it finds locally.
 func (e *env) stateCmd(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "reset" {
-		return usagef("state: want `state reset -c FILE --step NAME`")
-	}
-	fs := e.flags("state reset")
+	return e.group(ctx, "state", args, []subcommand{
+		{"reset", "state reset -c FILE --step NAME",
+			"Deletes one stateful step's state: its changelog topic and, with state.backend: pebble,\nits stores under state.dir. Stop every instance first.", e.stateReset},
+	})
+}
+
+func (e *env) stateReset(ctx context.Context, fs *command, args []string) error {
 	path := fs.String("c", "", "the pipeline's YAML `file`")
 	step := fs.String("step", "", "the stateful step whose state to delete")
-	if err := parse(fs, args[1:]); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	cfg, g, err := e.loadConfig(*path)
@@ -36,7 +39,14 @@ func (e *env) stateCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	if !g.IsStateful(*step) {
-		return usagef("state reset: --step %q is not a stateful step of this pipeline (stateful: %v)", *step, g.StatefulSteps())
+		stateful := "this pipeline has no stateful step"
+		if steps := g.StatefulSteps(); len(steps) > 0 {
+			stateful = "the stateful steps of this pipeline are " + andList(steps)
+		}
+		if *step == "" {
+			return usagef("state reset: --step is required: %s", stateful)
+		}
+		return usagef("state reset: --step %q is not a stateful step of this pipeline; %s", *step, strings.Replace(stateful, "the stateful steps of this pipeline", "its stateful steps", 1))
 	}
 	adm, err := e.adminFor(cfg)
 	if err != nil {

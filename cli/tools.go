@@ -2,27 +2,39 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/pipeline-run/pipeline/broker"
 	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func (e *env) validate(args []string) error {
-	fs := e.flags("validate")
+	fs := e.command("validate", "validate -c FILE [--format text|json]",
+		"Checks a configuration as run does (environment overrides, operators and expressions\nincluded) without connecting to Kafka, and prints its graph. Every problem is\nreported with its YAML path and line; exit 2.")
 	path := fs.String("c", "", "the pipeline's YAML `file`")
-	if err := parse(fs, args); err != nil {
+	format := fs.formatFlag()
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	cfg, g, err := e.loadConfig(*path)
+	asJSON, err := jsonFormat(*format)
+	if err != nil {
+		return err
+	}
+	cfg, g, _, err := e.loadRunConfig(*path)
+	if asJSON {
+		v := validation{Valid: err == nil, Errors: []problem{}}
+		if err != nil {
+			v.Errors = problems(err)
+		} else {
+			v.Name, v.Graph = &cfg.Name, new(g.Summary())
+			v.SourceTopics, v.OutputTopics = g.SourceTopics(), g.OutputTopics()
+		}
+		if werr := e.writeJSON(v); werr != nil {
+			return werr
+		}
+		return err
+	}
 	if err != nil {
 		return err
 	}
@@ -30,15 +42,30 @@ func (e *env) validate(args []string) error {
 	return nil
 }
 
+// validation is validate's JSON output. Name, Graph and the topics are
+// null when the file is not valid.
+type validation struct {
+	Name         *string   `json:"name"`
+	Valid        bool      `json:"valid"`
+	Graph        *string   `json:"graph"`
+	SourceTopics []string  `json:"source_topics"`
+	OutputTopics []string  `json:"output_topics"`
+	Errors       []problem `json:"errors"`
+}
+
 func (e *env) broker(ctx context.Context, args []string) error {
-	fs := e.flags("broker")
+	fs := e.command("broker", "broker [--port N] [--data-dir DIR] [--topics a,b --partitions P]",
+		"Runs the embedded Kafka-protocol broker on 127.0.0.1 until SIGINT or SIGTERM,\nfor development and tests.")
 	port := fs.Int("port", 9092, "port to listen on, on 127.0.0.1")
 	dir := fs.String("data-dir", "", "persist to this `directory` (default: memory only)")
 	topics := fs.String("topics", "", "comma-separated topics to create at start")
 	parts := fs.Int("partitions", 1, "partitions of the topics created at start")
 	txnMax := fs.Int("txn-max-timeout-ms", 0, "the broker's transaction.max.timeout.ms (default: Kafka's 900000)")
-	level := fs.String("log-level", "info", "log level (debug, info, warn, error)")
-	if err := parse(fs, args); err != nil {
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := checkLevel(*level); err != nil {
 		return err
 	}
 	if *port < 0 || *port > 65535 {
@@ -63,143 +90,4 @@ func (e *env) broker(ctx context.Context, args []string) error {
 	b.Close()
 	fmt.Fprintln(e.stdout, "broker stopped")
 	return nil
-}
-
-// adminFor connects an admin client reading committed data to the
-// pipeline's cluster. The embedded broker lives inside `run`; tools
-// cannot reach it.
-func (e *env) adminFor(cfg *config.Config) (*kadm.Client, error) {
-	if cfg.Brokers.Embedded {
-		return nil, usagef("brokers: embedded: the embedded broker lives inside `pipeline run`; point brokers at a running broker (e.g. `pipeline broker`)")
-	}
-	base, err := pipeline.ClientOpts(cfg, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(append(base, kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
-	if err != nil {
-		return nil, err
-	}
-	return kadm.NewClient(cl), nil
-}
-
-func (e *env) offsets(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "show" && args[0] != "reset") {
-		return usagef("offsets: want `offsets show -c FILE` or `offsets reset -c FILE --to earliest|latest`")
-	}
-	sub := args[0]
-	fs := e.flags("offsets " + sub)
-	path := fs.String("c", "", "the pipeline's YAML `file`")
-	to := fs.String("to", "", "with reset: earliest or latest")
-	if err := parse(fs, args[1:]); err != nil {
-		return err
-	}
-	cfg, g, err := e.loadConfig(*path)
-	if err != nil {
-		return err
-	}
-	adm, err := e.adminFor(cfg)
-	if err != nil {
-		return err
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if sub == "reset" {
-		var rt offsets.ResetTo
-		switch *to {
-		case "earliest":
-			rt = offsets.ToStart
-		case "latest":
-			rt = offsets.ToEnd
-		default:
-			return usagef("offsets reset: --to must be earliest or latest")
-		}
-		os, err := offsets.Reset(ctx, adm, cfg.Group, rt, g.SourceTopics()...)
-		if err != nil {
-			return err
-		}
-		os.Each(func(o kadm.Offset) {
-			fmt.Fprintf(e.stdout, "%s/%d -> %d\n", o.Topic, o.Partition, o.At)
-		})
-		return nil
-	}
-	lags, err := offsets.Describe(ctx, adm, cfg.Group, g.SourceTopics()...)
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "TOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\n")
-	for _, l := range lags {
-		c := fmt.Sprint(l.Committed)
-		if l.Committed < 0 {
-			c = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\n", l.Topic, l.Partition, c, l.End, l.Lag)
-	}
-	tw.Flush()
-	return err
-}
-
-func (e *env) transactions(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "hanging" {
-		return usagef("transactions: want `transactions hanging -c FILE [--abort]`")
-	}
-	fs := e.flags("transactions hanging")
-	path := fs.String("c", "", "the pipeline's YAML `file`")
-	abort := fs.Bool("abort", false, "abort the hanging transactions found")
-	older := fs.Duration("older-than", 0, "report transactions open longer than this (default: transactions.timeout)")
-	if err := parse(fs, args[1:]); err != nil {
-		return err
-	}
-	cfg, g, err := e.loadConfig(*path)
-	if err != nil {
-		return err
-	}
-	adm, err := e.adminFor(cfg)
-	if err != nil {
-		return err
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	topics := g.OutputTopics()
-	set, err := pipeline.PartitionsOf(ctx, adm, topics...)
-	if err != nil {
-		return err
-	}
-	if *older == 0 {
-		*older = cfg.Transactions.Timeout
-	}
-	hanging, err := pipeline.Hanging(ctx, adm, set, *older)
-	if err != nil {
-		return err
-	}
-	if len(hanging) == 0 {
-		fmt.Fprintf(e.stdout, "no transaction open longer than %s on %s\n", *older, strings.Join(topics, ", "))
-		return nil
-	}
-	for _, h := range hanging {
-		fmt.Fprintf(e.stdout, "%s/%d: producer %d epoch %d open since offset %d, last write %s ago: %s\n", h.Topic, h.Partition, h.ProducerID, h.Epoch, h.StartOffset, h.OpenFor.Round(time.Second), h.Reason)
-	}
-	if !*abort {
-		return nil
-	}
-	var errs []error
-	for _, h := range hanging {
-		resp, err := adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{
-			ProducerID: h.ProducerID, ProducerEpoch: h.Epoch, Commit: false,
-			CoordinatorEpoch: -1, Topics: kadm.TopicsSet{h.Topic: {h.Partition: {}}},
-		})
-		if err == nil {
-			resp.EachPartition(func(p kadm.TxnMarkersPartitionResponse) {
-				if p.Err != nil && err == nil {
-					err = p.Err
-				}
-			})
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("aborting %s/%d producer %d: %w", h.Topic, h.Partition, h.ProducerID, err))
-			continue
-		}
-		fmt.Fprintf(e.stdout, "aborted %s/%d producer %d\n", h.Topic, h.Partition, h.ProducerID)
-	}
-	return errors.Join(errs...)
 }

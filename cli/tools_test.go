@@ -149,6 +149,18 @@ func pidOf(t *testing.T, ctx context.Context, adm *kadm.Client) int64 {
 // record of its input, then stops it.
 func runToEnd(t *testing.T, ctx context.Context, adm *kadm.Client, cfgPath, group string) {
 	t.Helper()
+	runUntil(t, ctx, cfgPath, func() (bool, error) {
+		lags, err := adm.Lag(ctx, group)
+		if err != nil {
+			return false, err
+		}
+		return lags[group].FetchErr == nil && len(lags[group].Lag) > 0 && lags[group].Lag.Total() == 0, nil
+	})
+}
+
+// runUntil runs the pipeline of cfgPath until done says so, then stops it.
+func runUntil(t *testing.T, ctx context.Context, cfgPath string, done func() (bool, error)) {
+	t.Helper()
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
@@ -159,25 +171,25 @@ func runToEnd(t *testing.T, ctx context.Context, adm *kadm.Client, cfgPath, grou
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx) }()
+	stopped := make(chan error, 1)
+	go func() { stopped <- p.Run(runCtx) }()
 	for {
-		lags, err := adm.Lag(ctx, group)
-		if err == nil && lags[group].FetchErr == nil && len(lags[group].Lag) > 0 && lags[group].Lag.Total() == 0 {
+		ok, err := done()
+		if ok {
 			break
 		}
 		select {
 		case <-ctx.Done():
 			stop()
-			<-done
+			<-stopped
 			t.Fatalf("the pipeline did not catch up: %v", err)
-		case err := <-done:
+		case err := <-stopped:
 			t.Fatalf("the pipeline stopped before it caught up: %v", err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	stop()
-	if err := <-done; err != nil {
+	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
 }
@@ -265,7 +277,7 @@ sinks:
 		return out
 	}
 
-	if code, _, errs := runCLI(t, "state", "reset", "-c", cfg, "--step", "nope"); code != 2 || !strings.Contains(errs, `not a stateful step of this pipeline (stateful: [per_key other])`) {
+	if code, _, errs := runCLI(t, "state", "reset", "-c", cfg, "--step", "nope"); code != 2 || !strings.Contains(errs, `not a stateful step of this pipeline; its stateful steps are per_key and other`) {
 		t.Fatalf("a bad step: exit %d %s", code, errs)
 	}
 

@@ -18,8 +18,9 @@ import "time"
 type Config struct {
 	Name         string  // required; [A-Za-z0-9._-]+
 	Brokers      Brokers // required
-	InstanceID   string  // `instance_id`; default os.Hostname(); same charset as Name
-	Group        string  // consumer group id; default Name
+	Embedded     Embedded
+	InstanceID   string // `instance_id`; default os.Hostname(); same charset as Name
+	Group        string // consumer group id; default Name
 	TLS          TLS
 	SASL         SASL
 	Consumer     Consumer
@@ -48,6 +49,15 @@ type Config struct {
 type Brokers struct {
 	Embedded bool
 	Addrs    []string
+}
+
+// Embedded configures the embedded broker `pipeline run` starts with
+// brokers: embedded; unused otherwise.
+type Embedded struct {
+	// Port is where it listens on 127.0.0.1, for the other commands
+	// (produce, consume, topics, offsets) to reach it while the run
+	// lasts; 0 picks a free port, which the run logs.
+	Port int
 }
 
 // TLS configures TLS to the brokers. Setting any file implies Enabled.
@@ -110,11 +120,36 @@ type Transactions struct {
 func (t Transactions) ID(instanceID string) string { return t.IDPrefix + "-" + instanceID }
 
 // Topics holds the defaults for the topics the pipeline creates (sinks,
-// the dead-letter topic, changelogs and repartition topics).
+// the dead-letter topic, changelogs and repartition topics), and the
+// topics to create on the embedded broker.
 type Topics struct {
 	Partitions        int32             // default 0: as many as the largest source topic
 	ReplicationFactor int16             // `replication_factor`; default -1: the broker's default
 	Configs           map[string]string // extra topic configs, e.g. compression.type
+	// Create lists topics `pipeline run` creates on the embedded broker
+	// at start-up, before its checks: that broker starts empty, so the
+	// sources' topics must come from somewhere. Unused with other brokers.
+	Create []TopicSpec
+}
+
+// TopicSpec is a topic of topics.create.
+type TopicSpec struct {
+	Name       string
+	Partitions int32             // 0: topics.partitions, or 1
+	Configs    map[string]string // topic configs, e.g. cleanup.policy
+	Path       string            // "topics.create[<index>]", for messages
+}
+
+// PartitionsOr returns the partitions to create t with, given
+// topics.partitions.
+func (t TopicSpec) PartitionsOr(defaults int32) int32 {
+	switch {
+	case t.Partitions > 0:
+		return t.Partitions
+	case defaults > 0:
+		return defaults
+	}
+	return 1
 }
 
 // Source reads one or more topics into one stream, named Name.

@@ -192,7 +192,7 @@ func expected(ptr any) string {
 	case *int, *int16, *int32, *int64:
 		return "a whole number"
 	case *time.Duration:
-		return `a duration such as "500ms" or "1s"`
+		return durationHint
 	case *Brokers:
 		return `a list of host:port addresses or "embedded"`
 	}
@@ -243,9 +243,9 @@ func assign(ptr, raw any) error {
 		}
 		*p = b
 	case *time.Duration:
-		d, err := time.ParseDuration(s)
+		d, err := ParseDuration(s)
 		if err != nil {
-			return fmt.Errorf(`expected a duration such as "500ms" or "1s", found %q`, s)
+			return err
 		}
 		*p = d
 	case *int:
@@ -433,11 +433,6 @@ func (r *reader) steps(v *value) {
 		}
 		r.c.Steps = append(r.c.Steps, s)
 	}
-}
-
-// topicConfigs reads topics.configs.
-func (r *reader) topicConfigs(v *value) {
-	r.c.Topics.Configs = r.stringMap(v, "a mapping of topic config names to values")
 }
 
 // deadLetterCluster reads the cluster keys under dead_letter; the rest of

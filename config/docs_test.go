@@ -30,7 +30,7 @@ func TestDocsListEveryKey(t *testing.T) {
 	for _, k := range sinkKeys {
 		keys = append(keys, "sinks.<name>."+k)
 	}
-	keys = append(keys, "steps[i].name", "steps[i].from", "topics.configs")
+	keys = append(keys, "steps[i].name", "steps[i].from", "topics.configs", "topics.create")
 	for _, k := range keys {
 		if strings.HasSuffix(k, ".brokers") || strings.HasSuffix(k, ".bootstrap") || strings.HasSuffix(k, ".cluster") {
 			continue // the one-cluster rule has its own section

@@ -45,7 +45,7 @@ var otherVars = []string{
 
 // shapeKeys are the parts of the file that cannot come from the
 // environment: they are the pipeline's shape, not a deployment's.
-var shapeKeys = []string{"sources", "steps", "sinks", "topics.configs"}
+var shapeKeys = []string{"sources", "steps", "sinks", "topics.configs", "topics.create"}
 
 // environment reports the PIPELINE_* variables of env that set nothing: a
 // misspelt name must not leave the setting it meant at its default

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -11,19 +12,37 @@ import (
 // Load reads the YAML file at path, applies PIPELINE_* environment
 // overrides and defaults, and validates the result. See Parse.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
 	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > MaxFileSize {
+		return nil, tooLarge(path, st.Size())
+	}
+	// One byte more than the limit tells a file at the limit from a
+	// longer one that Stat could not size (a pipe), without reading it all.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("parsing %s: the file is larger than %d bytes, the most a pipeline file may be (1 MiB)", path, MaxFileSize)
+	}
 	return Parse(data, path, nil)
+}
+
+func tooLarge(name string, size int64) error {
+	return fmt.Errorf("parsing %s: the file is %d bytes; a pipeline file may be at most %d bytes (1 MiB)", name, size, MaxFileSize)
 }
 
 // Parse is Load for the bytes of a file; name (usually the file name) is
 // used in messages. env looks up environment variables; nil means the
 // process environment (os.LookupEnv).
 //
-// An unreadable document (a YAML syntax error, several documents, a top
-// level that is not a mapping) is a plain error naming name and the line,
+// An unreadable document (larger than MaxFileSize, a YAML syntax error,
+// several documents, a top level that is not a mapping, more than 100000
+// values once its aliases are expanded) is a plain error naming name and the line,
 // and the Config is nil. Otherwise every problem found is returned
 // together as Errors, sorted by line: unknown keys, values of the wrong
 // type, PIPELINE_* variables that are not settings, and what Validate
@@ -35,6 +54,9 @@ func Load(path string) (*Config, error) {
 // that name no setting (a misspelt PIPELINE_CHECKPOINT_INTERVL) are
 // reported only when env is nil.
 func Parse(data []byte, name string, env func(string) (string, bool)) (*Config, error) {
+	if len(data) > MaxFileSize {
+		return nil, tooLarge(name, int64(len(data)))
+	}
 	if env == nil {
 		return parse(data, name, processEnv())
 	}
@@ -48,6 +70,11 @@ func parse(data []byte, name string, env environment) (*Config, error) {
 	}
 	t := newTree()
 	root := t.build(doc, "")
+	if t.over != nil {
+		// What follows the limit was not read: reporting it would be
+		// noise, as would the rules it breaks.
+		return nil, fmt.Errorf("parsing %s: %w", name, t.over)
+	}
 	c := &Config{lines: t.lines, env: make(map[string]string)}
 	r := &reader{tree: t, c: c, bad: make(map[string]bool)}
 	for _, e := range t.errs {
@@ -61,6 +88,7 @@ func parse(data []byte, name string, env environment) (*Config, error) {
 	r.steps(root.get("steps"))
 	r.sinks(root.get("sinks"))
 	r.topicConfigs(root.at("topics.configs"))
+	r.topicCreates(root.at("topics.create"))
 	r.deadLetterCluster(root.get("dead_letter"))
 	c.setDefaults(root.get("demo") != nil)
 
@@ -196,3 +224,7 @@ func or(s, def string) string {
 	}
 	return s
 }
+
+// MaxFileSize is the largest pipeline file Load and Parse read, 1 MiB: a
+// pipeline of a thousand steps is a tenth of that.
+const MaxFileSize = 1 << 20

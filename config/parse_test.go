@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -326,7 +327,12 @@ func TestEnvironmentErrorsNameTheVariable(t *testing.T) {
 		{
 			"a value that does not parse",
 			map[string]string{"PIPELINE_CHECKPOINT_INTERVAL": "soon"},
-			`checkpoint.interval: expected a duration such as "500ms" or "1s", found "soon" (set by PIPELINE_CHECKPOINT_INTERVAL)`,
+			`checkpoint.interval: expected a duration such as "500ms", "1s" or "1h30m" (units: ns, us, ms, s, m, h), found "soon" (set by PIPELINE_CHECKPOINT_INTERVAL)`,
+		},
+		{
+			"a bare number",
+			map[string]string{"PIPELINE_CHECKPOINT_INTERVAL": "5"},
+			`checkpoint.interval: a duration needs a unit: found 5; write "5s", "5ms" or "5m" (units: ns, us, ms, s, m, h) (set by PIPELINE_CHECKPOINT_INTERVAL)`,
 		},
 		{
 			"a value that breaks a rule",
@@ -341,7 +347,7 @@ func TestEnvironmentErrorsNameTheVariable(t *testing.T) {
 		{
 			"a value that does not parse, alone even where a rule reads it",
 			map[string]string{"PIPELINE_CHECKPOINT_TIMEOUT": "forever"}, // its default, 30s, would break the transactions rule
-			`checkpoint.timeout: expected a duration such as "500ms" or "1s", found "forever" (set by PIPELINE_CHECKPOINT_TIMEOUT)`,
+			`checkpoint.timeout: expected a duration such as "500ms", "1s" or "1h30m" (units: ns, us, ms, s, m, h), found "forever" (set by PIPELINE_CHECKPOINT_TIMEOUT)`,
 		},
 		{
 			"a broker list that is not addresses",
@@ -634,15 +640,109 @@ func TestParseIsSafeConcurrently(t *testing.T) {
 	}
 }
 
-func TestAliasBombIsStopped(t *testing.T) {
+// aliasBomb returns a file whose anchors, each used ten times by the next,
+// expand to 10^9 values.
+func aliasBomb() string {
 	var b strings.Builder
 	b.WriteString("steps:\n  - map:\n      l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n")
 	for i := 1; i <= 8; i++ {
 		fmt.Fprintf(&b, "      l%d: &l%d [*l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d]\n", i, i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
 	}
-	_, err := Parse([]byte(withBase(b.String())), "test.yaml", noEnv)
-	if err == nil || !strings.Contains(err.Error(), "the document is too large once its aliases are expanded") {
-		t.Fatalf("error = %v, want the document to be too large", err)
+	return withBase(b.String())
+}
+
+func TestTopicsToCreate(t *testing.T) {
+	c := mustParse(t, withBase("brokers: embedded\nembedded: {port: 19092}\ntopics:\n  partitions: 4\n  create:\n    - {name: input, partitions: 3, configs: {cleanup.policy: compact}}\n    - name: other\n"))
+	want := []TopicSpec{
+		{Name: "input", Partitions: 3, Configs: map[string]string{"cleanup.policy": "compact"}, Path: "topics.create[0]"},
+		{Name: "other", Path: "topics.create[1]"},
+	}
+	if !reflect.DeepEqual(c.Topics.Create, want) {
+		t.Errorf("topics.create = %+v, want %+v", c.Topics.Create, want)
+	}
+	if c.Embedded.Port != 19092 {
+		t.Errorf("embedded.port = %d, want 19092", c.Embedded.Port)
+	}
+	if got := c.Topics.Create[1].PartitionsOr(c.Topics.Partitions); got != 4 {
+		t.Errorf("a topic to create without partitions gets %d, want topics.partitions (4)", got)
+	}
+	if got := (TopicSpec{}).PartitionsOr(0); got != 1 {
+		t.Errorf("with neither, a topic to create gets %d partitions, want 1", got)
+	}
+
+	c, err := Parse([]byte(withBase("brokers: embedded")), "test.yaml", envOf(map[string]string{"PIPELINE_EMBEDDED_PORT": "19093"}))
+	if err != nil || c.Embedded.Port != 19093 {
+		t.Fatalf("PIPELINE_EMBEDDED_PORT: port %v, %v", c, err)
+	}
+	_, err = parse([]byte(base), "test.yaml", listedEnv(map[string]string{"PIPELINE_TOPICS_CREATE": "input"}))
+	wantErr := "PIPELINE_TOPICS_CREATE: topics.create cannot be set from the environment: it is the pipeline's shape and belongs in the file"
+	if err == nil || err.Error() != wantErr {
+		t.Errorf("PIPELINE_TOPICS_CREATE: %v, want %s", err, wantErr)
+	}
+}
+
+// TestOversizedDocumentsGiveOneError checks that a file too large, or one
+// that aliases make too large, is refused with one error saying which,
+// and nothing after it: no "found null" for the values left unread, no
+// "at least one sink is required" for the sections after them.
+func TestOversizedDocumentsGiveOneError(t *testing.T) {
+	var flat strings.Builder
+	flat.WriteString(base + "demo:\n")
+	for i := 0; flat.Len() < MaxFileSize/2; i++ {
+		fmt.Fprintf(&flat, "  k%d: [1, 2, 3, 4, 5, 6, 7, 8, 9]\n", i)
+	}
+	tests := []struct {
+		name string
+		doc  string
+		want string
+	}{
+		{"a file beyond the size limit", strings.Repeat("# padding\n", 1_000_000),
+			"parsing test.yaml: the file is 10000000 bytes; a pipeline file may be at most 1048576 bytes (1 MiB)"},
+		{"a file within the size limit holding too many values", flat.String(),
+			// base's 13 values, demo's mapping, then 10 a line: the
+			// 100001st is on line 7 + 9999.
+			"parsing test.yaml: line 10006: the document holds more than 100000 values; a pipeline file may hold at most 100000"},
+		{"an alias bomb", aliasBomb(),
+			// l4, on line 13, is the first anchor to expand past the limit.
+			"parsing test.yaml: line 13: the document is too large once its aliases are expanded: more than 100000 values (each use of an alias repeats all its anchor holds)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			c, err := Parse([]byte(tt.doc), "test.yaml", noEnv)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error:\n%.2000v\nwant exactly:\n%s", err, tt.want)
+			}
+			var errs Errors
+			if errors.As(err, &errs) || c != nil {
+				t.Errorf("the document was read on after its limit: Config %v, Errors %d", c != nil, len(errs))
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("refusing it took %v", d)
+			}
+		})
+	}
+}
+
+// TestLoadReadsNoMoreThanTheLimit checks that Load refuses a file beyond
+// MaxFileSize without reading it into memory: a 9 MB file costs no more
+// than the limit.
+func TestLoadReadsNoMoreThanTheLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(path, []byte(strings.Repeat("k: [v, v, v, v, v, v]\n", 450_000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Load(path)
+	runtime.ReadMemStats(&after)
+	want := "parsing " + path + ": the file is 9900000 bytes; a pipeline file may be at most 1048576 bytes (1 MiB)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Load error:\n%.2000v\nwant exactly:\n%s", err, want)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 2*MaxFileSize {
+		t.Errorf("refusing a 9.9 MB file allocated %d bytes; want at most %d", alloc, 2*MaxFileSize)
 	}
 }
 

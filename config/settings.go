@@ -30,6 +30,7 @@ func (c *Config) settings() []setting {
 	return []setting{
 		{"name", &c.Name, nil},
 		{"brokers", &c.Brokers, nil},
+		{"embedded.port", &c.Embedded.Port, 0},
 		{"instance_id", &c.InstanceID, nil}, // default: os.Hostname()
 		{"group", &c.Group, nil},            // default: name
 
@@ -125,6 +126,7 @@ func knownKeys(section string) []string {
 		}
 	case "topics":
 		add("configs")
+		add("create")
 	case "dead_letter":
 		for _, k := range clusterKeys {
 			add(k)

@@ -108,6 +108,9 @@ func (k *checker) name(path, name string, re *regexp.Regexp, chars string) {
 }
 
 func (k *checker) brokers() {
+	if p := k.c.Embedded.Port; p < 0 || p > 65535 {
+		k.errorf("embedded.port", "%d is not a port: use 1 to 65535, or 0 for any free one", p)
+	}
 	b := k.c.Brokers
 	switch {
 	case b.Embedded && len(b.Addrs) > 0:
@@ -246,21 +249,6 @@ func (k *checker) show(path string, v time.Duration) string {
 		from = " by default"
 	}
 	return fmt.Sprintf("%s (%s%s)", path, fmtDuration(v), from)
-}
-
-func (k *checker) topics() {
-	t := k.c.Topics
-	if t.Partitions < 0 {
-		k.errorf("topics.partitions", "must not be negative (0 means as many as the largest source topic), found %d", t.Partitions)
-	}
-	if t.ReplicationFactor != -1 && t.ReplicationFactor < 1 {
-		k.errorf("topics.replication_factor", "must be -1 (the broker's default) or at least 1, found %d", t.ReplicationFactor)
-	}
-	for _, name := range sortedKeys(t.Configs) {
-		if name == "" {
-			k.errorf("topics.configs", "a topic config name is empty")
-		}
-	}
 }
 
 // graph checks sources and steps: names, the streams they read, and that
@@ -519,19 +507,28 @@ func (k *checker) demo() {
 
 // topic checks a Kafka topic name and reports whether it is valid.
 func (k *checker) topic(path, t string) bool {
+	if err := CheckTopicName(t); err != nil {
+		k.errorf(path, "%v", err)
+		return false
+	}
+	return true
+}
+
+// CheckTopicName returns what is wrong with t as a Kafka topic name, or
+// nil: the rule every topic of a configuration is checked by, for the
+// command line's topics too.
+func CheckTopicName(t string) error {
 	switch {
 	case t == "":
-		k.errorf(path, "the topic name is empty")
+		return errors.New("the topic name is empty")
 	case t == "." || t == "..":
-		k.errorf(path, "%q is not a valid topic name", t)
+		return fmt.Errorf("%q is not a valid topic name", t)
 	case len(t) > 249:
-		k.errorf(path, "topic name is %d characters long; Kafka allows at most 249", len(t))
+		return fmt.Errorf("topic name is %d characters long; Kafka allows at most 249", len(t))
 	case !topicRE.MatchString(t):
-		k.errorf(path, "%q is not a valid topic name: use letters, digits, \".\", \"_\" and \"-\"", t)
-	default:
-		return true
+		return fmt.Errorf("%q is not a valid topic name: use letters, digits, \".\", \"_\" and \"-\"", t)
 	}
-	return false
+	return nil
 }
 
 // item returns the path of the i-th element of the list at path, or path

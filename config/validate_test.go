@@ -79,9 +79,10 @@ func TestValidationRules(t *testing.T) {
 		{"a zero max_buffered_bytes is rejected", "producer: {max_buffered_bytes: 0}", "producer.max_buffered_bytes (line 7): must be positive"},
 
 		// checkpoint and transactions
-		{"a duration without a unit is rejected", "checkpoint: {interval: 5}", `checkpoint.interval (line 7): expected a duration such as "500ms" or "1s", found "5"`},
+		{"a duration without a unit is rejected", "checkpoint: {interval: 5}", `checkpoint.interval (line 7): a duration needs a unit: found 5; write "5s", "5ms" or "5m" (units: ns, us, ms, s, m, h)`},
+		{"a duration that is not one is rejected", "checkpoint: {interval: soon}", `checkpoint.interval (line 7): expected a duration such as "500ms", "1s" or "1h30m" (units: ns, us, ms, s, m, h), found "soon"`},
 		{"a zero checkpoint interval is rejected", "checkpoint: {interval: 0s}", "checkpoint.interval (line 7): must be positive, found 0s"},
-		{"a negative checkpoint timeout is rejected", "checkpoint: {timeout: -1s}", "checkpoint.timeout (line 7): must be positive, found -1s"},
+		{"a negative checkpoint timeout is rejected", "checkpoint: {timeout: -1s}", "checkpoint.timeout (line 7): must not be negative, found -1s"},
 		{"a zero max_records is rejected", "checkpoint: {max_records: 0}", "checkpoint.max_records (line 7): must be positive, found 0"},
 		{"a zero transaction timeout is rejected", "transactions: {timeout: 0s}", "transactions.timeout (line 7): must be positive, found 0s"},
 		{
@@ -108,6 +109,19 @@ func TestValidationRules(t *testing.T) {
 		{"topic configs with dotted names are accepted", "topics:\n  configs: {cleanup.policy: compact, retention.ms: 1000}", ""},
 		{"topic configs that are not a mapping are rejected", "topics: {configs: [a]}", "topics.configs (line 7): expected a mapping of topic config names to values, found a list"},
 		{"a topic config with an empty name is rejected", "topics:\n  configs: {'': x, retention.ms: 1000}", "topics.configs (line 8): a topic config name is empty"},
+		{"topics to create are accepted", "topics:\n  create:\n    - {name: input, partitions: 3, configs: {cleanup.policy: compact}}\n    - name: other", ""},
+		{"a topic to create without a name is rejected", "topics:\n  create: [{partitions: 3}]", "topics.create[0].name (line 8): required: the topic to create"},
+		{"a topic to create with a bad name is rejected", "topics:\n  create: [{name: 'a b'}]", `topics.create[0].name (line 8): "a b" is not a valid topic name`},
+		{"a topic to create twice is rejected", "topics:\n  create:\n    - {name: a}\n    - {name: a, partitions: 2}", `topics.create[1].name (line 10): topic "a" is already in topics.create[0]`},
+		{"a topic to create with negative partitions is rejected", "topics:\n  create: [{name: a, partitions: -1}]", "topics.create[0].partitions (line 8): must not be negative (0 means topics.partitions, or 1), found -1"},
+		{"a topic to create with partitions that are not a number is rejected", "topics:\n  create: [{name: a, partitions: many}]", `topics.create[0].partitions (line 8): expected a whole number, found "many"`},
+		{"a topic to create with an empty config name is rejected", "topics:\n  create: [{name: a, configs: {'': x}}]", "topics.create[0].configs (line 8): a topic config name is empty"},
+		{"topics.create that is not a list is rejected", "topics:\n  create: input", `topics.create (line 8): expected a list of topics such as [{name: input, partitions: 3}], found "input"`},
+		{"a topic to create that is only a name is rejected", "topics:\n  create: [input]", `topics.create[0] (line 8): expected a mapping such as {name: input, partitions: 3}, found "input"`},
+
+		// embedded
+		{"an embedded broker port is accepted", "brokers: embedded\nembedded: {port: 9092}", ""},
+		{"an embedded broker port beyond 65535 is rejected", "brokers: embedded\nembedded: {port: 70000}", "embedded.port (line 7): 70000 is not a port: use 1 to 65535, or 0 for any free one"},
 
 		// sources
 		{"no sources is rejected", "sources: ~", "sources (line 3): at least one source is required"},
@@ -280,12 +294,14 @@ func TestUnknownKeys(t *testing.T) {
 	}{
 		{"a misspelt top-level key suggests the right one", "nmae: x", `nmae (line 7): unknown key (did you mean "name"?)`},
 		{"a top-level key in the wrong case suggests the right one", "Brokers: [a:1]", `Brokers (line 7): unknown key (did you mean "brokers"?)`},
-		{"an unknown top-level key far from any lists the known ones", "zzzzzzzz: 1", "zzzzzzzz (line 7): unknown key (known keys: name, brokers, instance_id, group, tls, sasl, consumer, producer, checkpoint, transactions, topics, dead_letter, log, metrics, state, audit, demo, sources, steps, sinks)"},
+		{"an unknown top-level key far from any lists the known ones", "zzzzzzzz: 1", "zzzzzzzz (line 7): unknown key (known keys: name, brokers, embedded, instance_id, group, tls, sasl, consumer, producer, checkpoint, transactions, topics, dead_letter, log, metrics, state, audit, demo, sources, steps, sinks)"},
 		{"a misspelt checkpoint key suggests the right one", "checkpoint: {intervl: 2s}", `checkpoint.intervl (line 7): unknown key (did you mean "interval"?)`},
 		{"a checkpoint key with a unit suffix suggests the right one", "checkpoint: {interval_ms: 2000}", `checkpoint.interval_ms (line 7): unknown key (did you mean "interval"?)`},
 		{"a misspelt transactions key suggests the right one", "transactions: {timout: 90s}", `transactions.timout (line 7): unknown key (did you mean "timeout"?)`},
 		{"a nested mapping inside a section is unknown", "consumer:\n  session:\n    timeout: 10s", `consumer.session (line 8): unknown key (did you mean "session_timeout"?)`},
 		{"a misspelt topics key suggests the right one", "topics: {config: {a: b}}", `topics.config (line 7): unknown key (did you mean "configs"?)`},
+		{"a misspelt key of a topic to create suggests the right one", "topics:\n  create: [{name: a, partitons: 2}]", `topics.create[0].partitons (line 8): unknown key (did you mean "partitions"?)`},
+		{"a misspelt embedded key suggests the right one", "embedded: {prot: 9092}", `embedded.prot (line 7): unknown key (did you mean "port"?)`},
 		{"a singular topic under a source suggests topics", "sources:\n  in: {topic: input}", `sources.in.topic (line 4): unknown key (did you mean "topics"?)`},
 		{"a misspelt source format suggests the right one", "sources:\n  in: {topics: [input], fromat: json}", `sources.in.fromat (line 4): unknown key (did you mean "format"?)`},
 		{"a plural topics under a sink suggests topic", "sinks:\n  out: {topics: output}", `sinks.out.topics (line 6): unknown key (did you mean "topic"?)`},
@@ -293,7 +309,7 @@ func TestUnknownKeys(t *testing.T) {
 		{"a misspelt dead-letter key suggests the right one", "dead_letter: {topik: dlq}", `dead_letter.topik (line 7): unknown key (did you mean "topic"?)`},
 		{"a misspelt tls key suggests the right one", "tls: {ca_fil: x}", `tls.ca_fil (line 7): unknown key (did you mean "ca_file"?)`},
 		{"a section that is not a mapping is rejected", "checkpoint: 1s", `checkpoint (line 7): expected a mapping of checkpoint settings, found "1s"`},
-		{"a setting that is a mapping is rejected", "checkpoint:\n  interval: {seconds: 1}", `checkpoint.interval (line 8): expected a duration such as "500ms" or "1s", found a mapping`},
+		{"a setting that is a mapping is rejected", "checkpoint:\n  interval: {seconds: 1}", `checkpoint.interval (line 8): expected a duration such as "500ms", "1s" or "1h30m" (units: ns, us, ms, s, m, h), found a mapping`},
 		{"a name that is a list is rejected", "name: [a, b]", "name (line 1): expected a string, found a list"},
 		{"keys inside an operator spec are free", "steps:\n  - map: {anything: goes}", ""},
 		{"header names are free", "sinks:\n  out: {topic: output, headers: {X-Any-Thing: value.x}}", ""},

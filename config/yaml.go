@@ -133,8 +133,9 @@ func describeKind(k yaml.Kind) string {
 	return "a scalar"
 }
 
-// maxNodes bounds the size of the document after aliases are expanded, so
-// that a file of nested aliases ("billion laughs") cannot exhaust memory.
+// maxNodes bounds the values of the document after aliases are
+// expanded, so that a file of nested aliases ("billion laughs") cannot
+// exhaust memory or time.
 const maxNodes = 100_000
 
 // tree builds values from yaml.Nodes, recording the line of every path and
@@ -144,6 +145,10 @@ type tree struct {
 	errs      []*FieldError
 	expanding map[*yaml.Node]bool // alias targets being expanded, to stop cycles
 	nodes     int
+	aliases   int   // aliases expanded so far
+	inAlias   int   // depth of the aliases being expanded
+	aliasLine int   // the line of the outermost alias being expanded
+	over      error // maxNodes was reached; nothing after it is read
 }
 
 func newTree() *tree {
@@ -154,28 +159,52 @@ func (t *tree) errorf(path string, line int, format string, args ...any) {
 	t.errs = append(t.errs, &FieldError{Path: path, Line: line, Msg: fmt.Sprintf(format, args...)})
 }
 
-// build returns the value of n at path; n nil is an empty mapping.
+// nullValue stands for what could not be read.
+func nullValue(path string, line int) *value {
+	return &value{kind: yaml.ScalarNode, path: path, line: line, node: &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}}
+}
+
+// build returns the value of n at path; n nil is an empty mapping. Past
+// maxNodes it stops reading and sets t.over.
 func (t *tree) build(n *yaml.Node, path string) *value {
 	if n == nil {
 		return &value{kind: yaml.MappingNode, path: path}
 	}
-	if t.nodes++; t.nodes == maxNodes {
-		t.errorf(path, n.Line, "the document is too large once its aliases are expanded")
+	if t.over != nil {
+		return nullValue(path, n.Line)
 	}
-	if t.nodes >= maxNodes {
-		return &value{kind: yaml.ScalarNode, path: path, line: n.Line, node: &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}}
+	if t.nodes++; t.nodes > maxNodes {
+		if t.inAlias > 0 {
+			// The line of the alias written in the file, not of the
+			// anchored value it repeats.
+			t.over = fmt.Errorf("line %d: the document is too large once its aliases are expanded: more than %d values (each use of an alias repeats all its anchor holds)", t.aliasLine, maxNodes)
+		} else if t.aliases > 0 {
+			t.over = fmt.Errorf("line %d: the document is too large once its aliases are expanded: more than %d values (each use of an alias repeats all its anchor holds)", n.Line, maxNodes)
+		} else {
+			t.over = fmt.Errorf("line %d: the document holds more than %d values; a pipeline file may hold at most %d", n.Line, maxNodes, maxNodes)
+		}
+		return nullValue(path, n.Line)
 	}
 	switch n.Kind {
 	case yaml.AliasNode:
 		target, ok := t.resolve(n, path)
 		if !ok {
-			return &value{kind: yaml.ScalarNode, path: path, line: n.Line, node: &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}}
+			return nullValue(path, n.Line)
 		}
 		defer delete(t.expanding, target)
+		if t.inAlias == 0 {
+			t.aliasLine = n.Line
+		}
+		t.aliases++
+		t.inAlias++
+		defer func() { t.inAlias-- }()
 		return t.build(target, path)
 	case yaml.SequenceNode:
 		v := &value{kind: yaml.SequenceNode, path: path, line: n.Line}
 		for i, item := range n.Content {
+			if t.over != nil {
+				break
+			}
 			p := fmt.Sprintf("%s[%d]", path, i)
 			t.lines[p] = item.Line
 			v.items = append(v.items, t.build(item, p))
@@ -207,7 +236,7 @@ func (t *tree) resolve(n *yaml.Node, path string) (*yaml.Node, bool) {
 // YAML's merge key specifies. Only explicit keys may not repeat.
 func (t *tree) addPairs(v *value, n *yaml.Node, seen map[string]int, explicit bool) {
 	var merges []*yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
+	for i := 0; i+1 < len(n.Content) && t.over == nil; i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
 			merges = append(merges, val)
@@ -229,6 +258,9 @@ func (t *tree) addPairs(v *value, n *yaml.Node, seen map[string]int, explicit bo
 		v.pairs = append(v.pairs, pair{key: k.Value, val: t.build(val, p)})
 	}
 	for _, m := range merges {
+		if t.over != nil {
+			return
+		}
 		t.merge(v, m, seen)
 	}
 }

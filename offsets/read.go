@@ -73,6 +73,11 @@ type ReadOptions struct {
 	// is taken for abandoned, and the read stops below it.
 	WaitDecided bool
 
+	// OnProgress, when not nil, is told how far the read has come: once
+	// before the first fetch, then after each round of fetches. It is
+	// called from the reading goroutine.
+	OnProgress func(Progress)
+
 	// retryListing lists offsets again, until ctx is done, while the
 	// answer is a retriable error.
 	retryListing bool
@@ -268,8 +273,14 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 	}
 	var total, done int64
 	for p, t := range to {
-		total += t - next[p]
+		total += max(t-next[p], 0)
 	}
+	progress := func() {
+		if ro.OnProgress != nil {
+			ro.OnProgress(Progress{Done: done, Total: total})
+		}
+	}
+	progress()
 	for {
 		details, err := adm.ListTopics(ctx, topic)
 		if err != nil {
@@ -342,6 +353,7 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 				}
 			}
 		}
+		progress()
 		if retry {
 			select {
 			case <-ctx.Done():

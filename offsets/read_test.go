@@ -245,3 +245,39 @@ func TestReadPartitionWaitsForANewTopic(t *testing.T) {
 	}
 	t.Logf("read %d records after waiting for the topic", len(got))
 }
+
+// TestReadReportsProgress checks that OnProgress hears of a read from its
+// start, with the offsets to read, to its end, never going back.
+func TestReadReportsProgress(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"), kgo.ProducerLinger(0), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for i := range 30 {
+		// One batch per record, so the read takes several fetches' worth.
+		if err := cl.ProduceSync(ctx, &kgo.Record{Partition: int32(i % 2), Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen []Progress
+	recs, err := Read(ctx, cl, "t", ReadOptions{OnProgress: func(p Progress) { seen = append(seen, p) }})
+	if err != nil || len(recs) != 30 {
+		t.Fatalf("Read: %d records, %v", len(recs), err)
+	}
+	if len(seen) < 2 || seen[0] != (Progress{Done: 0, Total: 30}) || seen[len(seen)-1] != (Progress{Done: 30, Total: 30}) {
+		t.Fatalf("progress %v: want it to start at 0 of 30 and end at 30 of 30", seen)
+	}
+	for i := 1; i < len(seen); i++ {
+		if seen[i].Done < seen[i-1].Done {
+			t.Fatalf("progress went back: %v", seen)
+		}
+	}
+}

@@ -83,9 +83,6 @@ func newAggregate(s *Spec) (Definition, error) {
 	if a.emit != "update" && a.emit != "checkpoint" {
 		s.Errorf(".emit", "must be update or checkpoint, found %q", as.Emit)
 	}
-	if as.TTL < 0 {
-		s.Errorf(".ttl", "must not be negative")
-	}
 	switch as.TTLUpdate {
 	case "", "on_write":
 		a.ttlUpdate = state.OnCreateAndWrite

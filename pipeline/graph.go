@@ -392,13 +392,13 @@ func (g *Graph) Summary() string {
 			}
 			parts = append(parts, fmt.Sprintf("source %s%v", n.name, n.source.Topics))
 		case stepNode:
-			if n.repart != nil {
-				parts = append(parts, fmt.Sprintf("key_by %s<-%s->%s", strings.TrimSuffix(n.name, ".repartition"), n.inputs[0], n.repart.topic))
-				continue
-			}
 			from := make([]string, len(n.inputs))
 			for i, in := range n.inputs {
 				from[i] = in.String()
+			}
+			if n.repart != nil {
+				parts = append(parts, fmt.Sprintf("key_by %s<-%s->%s", strings.TrimSuffix(n.name, ".repartition"), strings.Join(from, "+"), n.repart.topic))
+				continue
 			}
 			parts = append(parts, fmt.Sprintf("%s %s<-%s", n.op, n.name, strings.Join(from, "+")))
 		case sinkNode:

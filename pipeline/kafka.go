@@ -161,6 +161,13 @@ func (k kgoLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
 	k.l.Log(context.Background(), l, "kafka client: "+msg, kv...)
 }
 
+// DialCheck fails with a clear message when none of seeds accepts a
+// connection within within (one round of attempts for 0), so that a tool
+// pointed at the wrong address says so rather than retrying in silence.
+func DialCheck(ctx context.Context, seeds []string, within time.Duration) error {
+	return dialCheck(ctx, seeds, within)
+}
+
 // dialCheck fails fast with a clear message when no seed broker answers,
 // instead of letting every client retry in silence.
 func dialCheck(ctx context.Context, seeds []string, within time.Duration) error {

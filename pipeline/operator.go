@@ -1,12 +1,16 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-viper/mapstructure/v2"
+	"github.com/pipeline-run/pipeline/config"
 )
 
 // TaskID names a task: the source partition number it processes. With
@@ -192,8 +196,10 @@ var builtinKinds = map[string]bool{
 }
 
 // Decode copies a map spec into the struct pointed to by into, matching
-// keys to `yaml` struct tags. Unknown keys and wrong types are recorded as
-// problems; Decode reports whether it succeeded.
+// keys to `yaml` struct tags. Durations (time.Duration fields) are read as
+// the configuration reads them (config.DurationOf): "10m", not a bare
+// number. Unknown keys and wrong values are recorded as problems at their
+// key's path; Decode reports whether it succeeded.
 func (s *Spec) Decode(into any) bool {
 	if s.Value == nil {
 		return true
@@ -207,23 +213,90 @@ func (s *Spec) Decode(into any) bool {
 		TagName:    "yaml",
 		Result:     into,
 		Metadata:   &md,
-		DecodeHook: mapstructure.StringToTimeDurationHookFunc(),
+		DecodeHook: durationHook,
 	})
 	if err != nil {
 		s.Errorf("", "%v", err)
 		return false
 	}
-	if err := dec.Decode(s.Value); err != nil {
-		s.Errorf("", "%v", err)
-		return false
-	}
 	ok := true
+	if err := dec.Decode(s.Value); err != nil {
+		s.decodeErrors(err)
+		ok = false
+	}
 	sort.Strings(md.Unused)
 	for _, k := range md.Unused {
 		s.Errorf("."+k, "unknown key")
 		ok = false
 	}
 	return ok
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// durationHook reads the values of time.Duration fields with the
+// configuration's one duration reader.
+func durationHook(_, to reflect.Type, data any) (any, error) {
+	if to != durationType {
+		return data, nil
+	}
+	return config.DurationOf(data)
+}
+
+// decodeErrors records each field's error from mapstructure at the
+// field's path, in words rather than Go types.
+func (s *Spec) decodeErrors(err error) {
+	var inner *mapstructure.DecodeError
+	switch e := err.(type) {
+	case *mapstructure.DecodeError:
+		cause := e.Unwrap()
+		if errors.As(cause, &inner) {
+			s.decodeErrors(cause) // a nested struct's fields name themselves
+			return
+		}
+		sub := e.Name()
+		if sub != "" && !strings.HasPrefix(sub, "[") {
+			sub = "." + sub
+		}
+		var ute *mapstructure.UnconvertibleTypeError
+		if errors.As(cause, &ute) {
+			s.Errorf(sub, "expected %s, found %s", kindName(ute.Expected.Type()), describe(ute.Value))
+			return
+		}
+		s.Errorf(sub, "%v", cause)
+	case interface{ Unwrap() []error }:
+		for _, e := range e.Unwrap() {
+			s.decodeErrors(e)
+		}
+	case interface{ Unwrap() error }:
+		if errors.As(err, &inner) {
+			s.decodeErrors(e.Unwrap())
+			return
+		}
+		s.Errorf("", "%v", err)
+	default:
+		s.Errorf("", "%v", err)
+	}
+}
+
+// kindName names what a value of type t is, for messages.
+func kindName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a map"
+	}
+	return t.String()
 }
 
 func describe(v any) string {
