@@ -81,7 +81,7 @@ type SASL struct {
 // Consumer tunes the source consumer. Isolation is always read_committed.
 type Consumer struct {
 	StartFrom        string        // `start_from`: earliest (default) or latest, when the group has no offsets
-	SessionTimeout   time.Duration // `session_timeout`; default 45s; >= 6s
+	SessionTimeout   time.Duration // `session_timeout`; default 10s; >= 6s
 	RebalanceTimeout time.Duration // `rebalance_timeout`; default 60s
 	FetchMaxBytes    int32         // `fetch_max_bytes`; default 50 MiB
 	MaxPollRecords   int           // `max_poll_records`; default 10000

@@ -46,7 +46,7 @@ func (c *Config) settings() []setting {
 		{"sasl.password", &c.SASL.Password, nil},
 
 		{"consumer.start_from", &c.Consumer.StartFrom, "earliest"},
-		{"consumer.session_timeout", &c.Consumer.SessionTimeout, 45 * time.Second},
+		{"consumer.session_timeout", &c.Consumer.SessionTimeout, 10 * time.Second},
 		{"consumer.rebalance_timeout", &c.Consumer.RebalanceTimeout, 60 * time.Second},
 		{"consumer.fetch_max_bytes", &c.Consumer.FetchMaxBytes, int32(50 * mib)},
 		{"consumer.max_poll_records", &c.Consumer.MaxPollRecords, 10000},

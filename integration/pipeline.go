@@ -27,7 +27,7 @@ type PipelineConfig struct {
 	// TxnTimeout > CheckpointInterval + CheckpointTimeout.
 	CheckpointTimeout time.Duration
 	TxnTimeout        time.Duration
-	SessionTimeout    time.Duration
+	SessionTimeout    time.Duration // 0: the pipeline's default
 	Partitions        int
 
 	Input, Output string
@@ -48,7 +48,9 @@ func (c PipelineConfig) YAML() string {
 	fmt.Fprintf(&b, "instance_id: %s\n", q(c.InstanceID))
 	fmt.Fprintf(&b, "checkpoint: {interval: %s, timeout: %s}\n", c.CheckpointInterval, c.CheckpointTimeout)
 	fmt.Fprintf(&b, "transactions: {timeout: %s}\n", c.TxnTimeout)
-	fmt.Fprintf(&b, "consumer: {session_timeout: %s}\n", c.SessionTimeout)
+	if c.SessionTimeout > 0 {
+		fmt.Fprintf(&b, "consumer: {session_timeout: %s}\n", c.SessionTimeout)
+	}
 	fmt.Fprintf(&b, "topics: {partitions: %d}\n", c.Partitions)
 	fmt.Fprintf(&b, "sources:\n  in: {topics: [%s]}\n", q(c.Input))
 	fmt.Fprintf(&b, "steps:\n  - map: {value: %s}\n", q(cmp.Or(c.Map, PassThroughDoubled)))

@@ -68,7 +68,7 @@ func TestTransactOptsMapTheConfig(t *testing.T) {
 		{"the consumer group is group, by default the name", kgo.ConsumerGroup, false, "g-tuned", "t"},
 		{"every source topic is consumed", kgo.ConsumeTopics, false, []string{"in", "in2"}, []string{"in"}},
 		{"static membership uses instance_id", kgo.InstanceID, true, []any{"replica-7", true}, []any{"replica-1", true}},
-		{"the session timeout is consumer.session_timeout", kgo.SessionTimeout, false, 17 * time.Second, 45 * time.Second},
+		{"the session timeout is consumer.session_timeout", kgo.SessionTimeout, false, 17 * time.Second, 10 * time.Second},
 		{"the rebalance timeout is consumer.rebalance_timeout", kgo.RebalanceTimeout, false, 23 * time.Second, 60 * time.Second},
 		{"fetches read committed data only", kgo.FetchIsolationLevel, false, int8(1), int8(1)},
 		{"fetch size is consumer.fetch_max_bytes", kgo.FetchMaxBytes, false, int32(1234567), int32(50 * mib)},
