@@ -61,7 +61,11 @@ func TestPipelineRidesOutBrokerRestarts(t *testing.T) {
 		records = 12_000
 	}
 	CreateTopics(t, e.adm, partitions, e.input, e.output)
-	cfgPath := e.config(partitions).Write(t, e.logDir)
+	// The default time-outs: a checkpoint open when its broker dies must
+	// not wait out checkpoint.timeout once the broker is back.
+	c := e.config(partitions)
+	c.CheckpointTimeout, c.TxnTimeout = 30*time.Second, time.Minute
+	cfgPath := c.Write(t, e.logDir)
 
 	// The input comes in one slice per fault plus one, each released only
 	// once the fault before it is over: every fault then finds input still
@@ -125,6 +129,13 @@ func TestPipelineRidesOutBrokerRestarts(t *testing.T) {
 		// by the same pipeline process.
 		e.waitCommitted(p, recoverBound, fmt.Sprintf("the pipeline to commit again after the %s", f.name),
 			func(c int64, _ map[int32]int64) bool { return c > back }, input)
+		// A checkpoint open when the broker went down must not wait out
+		// checkpoint.timeout once it is back: the client's group
+		// heartbeats stopped with the broker, and ending the transaction
+		// waited for them.
+		if d := time.Since(upAt); d > c.CheckpointTimeout/2 {
+			t.Fatalf("after the %s the pipeline committed again only %v after its broker was back (checkpoint.timeout %v)", f.name, d.Round(time.Millisecond), c.CheckpointTimeout)
+		}
 		t.Logf("%s %d/%d: %d records acked and %d committed before it, %d committed when the broker was back; down %v, restart took %v; the pipeline (pid %d, never restarted) committed again %v later",
 			f.name, i+1, len(faults), acked, before, back, startAt.Sub(downAt).Round(time.Millisecond),
 			upAt.Sub(startAt).Round(time.Millisecond), p.Pid(), time.Since(upAt).Round(time.Millisecond))

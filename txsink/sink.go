@@ -17,8 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -58,6 +60,40 @@ type Sink struct {
 	// client's transaction open for the next Begin to take over (see
 	// Commit). Nothing of it has reached a broker.
 	keptOpen bool
+
+	// connTrouble is set when a connection to a broker failed (a dial, a
+	// write or a read) since the transaction began; see endLeash.
+	connTrouble atomic.Bool
+}
+
+// endLeash bounds ending a transaction during which a broker connection
+// failed. The client's group heartbeat loop stops when its heartbeats
+// fail, and waits for the next rebalance, which the pipeline allows only
+// after the checkpoint; but ending a transaction forces a heartbeat first
+// and waits for that loop to answer. So after a broker restart, End used to
+// wait out all of checkpoint.timeout (30 s by default) with the broker long
+// back. A healthy End takes milliseconds; one that has not answered within
+// the leash is given up, its outcome unknown, and the client rebuilt.
+var endLeash = 3 * time.Second
+
+// OnBrokerConnect, OnBrokerWrite and OnBrokerRead (kgo hooks) note a
+// failed connection.
+func (s *Sink) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	s.noteConn(err)
+}
+
+func (s *Sink) OnBrokerWrite(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	s.noteConn(err)
+}
+
+func (s *Sink) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	s.noteConn(err)
+}
+
+func (s *Sink) noteConn(err error) {
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		s.connTrouble.Store(true)
+	}
 }
 
 // New makes the client. opts must include the seed brokers, consumer group,
@@ -73,7 +109,7 @@ func New(opts []kgo.Opt, log *slog.Logger) (*Sink, error) {
 }
 
 func (s *Sink) open() error {
-	sess, err := kgo.NewGroupTransactSession(s.opts...)
+	sess, err := kgo.NewGroupTransactSession(append(s.opts[:len(s.opts):len(s.opts)], kgo.WithHooks(s))...)
 	if err != nil {
 		return fmt.Errorf("creating transactional client: %w", err)
 	}
@@ -106,6 +142,7 @@ func (s *Sink) Begin() error {
 	s.cur = nil
 	s.produced.Store(0)
 	s.bytes.Store(0)
+	s.connTrouble.Store(false)
 	if s.keptOpen {
 		s.keptOpen = false
 		return nil
@@ -231,8 +268,16 @@ func (s *Sink) Commit(ctx context.Context) (bool, error) {
 		s.keptOpen = true
 		return true, nil
 	}
+	if s.connTrouble.Load() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, endLeash)
+		defer cancel()
+	}
 	committed, err := s.sess.Load().End(ctx, kgo.TryCommit)
 	if err != nil {
+		if s.connTrouble.Load() && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("a broker connection failed during the checkpoint, and ending its transaction took longer than %s: %w", endLeash, err)
+		}
 		return false, &UnknownOutcomeError{Err: err}
 	}
 	return committed, nil
