@@ -209,6 +209,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		clientOpts: base,
 		room:       make(chan struct{}, 1),
 		limits:     lim,
+		dlqLines:   rateLog{every: time.Second},
 	}
 	manual := map[string]bool{}
 	if cfg.Audit.Enabled {
@@ -322,8 +323,7 @@ type runtime struct {
 	fatal   error
 	hasErr  atomic.Bool
 
-	dlqLogged atomic.Int64 // unix seconds of the last dead-letter log line
-	dlqQuiet  atomic.Int64 // dead letters not logged since
+	dlqLines rateLog // "record sent to the dead-letter topic": at most one a second
 
 	// queued counts the records handed to tasks and not yet processed;
 	// see waitForRoom. room gets a token when a task brings it to half
@@ -397,13 +397,7 @@ func (rt *runtime) recordFailed(e *RecordError, r *Record) {
 	}
 	rt.Produce(kr)
 	rt.p.stats.dead.Add(1)
-	// At most one line a second, with how many went unlogged.
-	now := time.Now().Unix()
-	if last := rt.dlqLogged.Load(); now > last && rt.dlqLogged.CompareAndSwap(last, now) {
-		rt.log.Warn("record sent to the dead-letter topic", "err", e, "dead_letter_topic", rt.g.dlq, "not_logged_since", rt.dlqQuiet.Swap(0))
-	} else {
-		rt.dlqQuiet.Add(1)
-	}
+	rt.dlqLines.log(rt.log, slog.LevelWarn, "record sent to the dead-letter topic", "err", e, "dead_letter_topic", rt.g.dlq)
 }
 
 // Headers set on dead-letter records.

@@ -43,11 +43,10 @@ type recovery struct {
 	since   time.Time // when the first of them ended
 	fences  int       // of them, fences while the transaction was young
 	refused int       // of them, records the broker refused
-	lines   rateLog   // "checkpoint aborted" lines
 }
 
 func newRecovery(cfg *config.Config, log *slog.Logger) *recovery {
-	return &recovery{cfg: cfg, log: log, lines: rateLog{every: time.Second}}
+	return &recovery{cfg: cfg, log: log}
 }
 
 // maxRefusedInARow is how many checkpoints in a row may fail on records the
@@ -137,17 +136,21 @@ func (r *recovery) fatal(cp Checkpoint) error {
 	return nil
 }
 
+// logAbort logs every checkpoint that did not commit; the growing pause
+// between failed checkpoints bounds how often.
 func (r *recovery) logAbort(cp Checkpoint, d decision) {
-	msg := "checkpoint aborted; replaying from the committed offsets"
-	if d.next == rebuild {
-		msg = "checkpoint failed; rebuilding the transactional client and resuming from the committed state"
-	}
-	level := slog.LevelInfo
+	level, then := slog.LevelInfo, "replay"
 	if cp.Err != nil {
 		level = slog.LevelWarn
 	}
-	r.lines.log(r.log, level, msg, "checkpoint", cp.ID, "records", cp.Records, "failed_in_a_row", r.failed,
-		"retry_in", d.wait, "err", cp.Err)
+	if d.next == rebuild {
+		then = "rebuild"
+	}
+	r.log.Log(context.Background(), level, "checkpoint aborted", "checkpoint", cp.ID, "records", cp.Records, "then", then,
+		"failed_in_a_row", r.failed, "retry_in", d.wait, "err", cp.Err)
+	if d.next == rebuild {
+		r.log.Warn("rebuilding the transactional client and resuming from the committed state", "checkpoint", cp.ID, "err", cp.Err)
+	}
 }
 
 // zombieErr is the exit of an instance whose group membership was taken by
@@ -202,8 +205,8 @@ func errOr(err error) error {
 	return err
 }
 
-// rateLog logs at most one line per period; the next line it logs says how
-// many were left out. Safe for concurrent use.
+// rateLog logs at most one line per period; each line says how many were
+// left out since the last (not_logged_since). Safe for concurrent use.
 type rateLog struct {
 	every time.Duration
 	last  atomic.Int64 // unix nanoseconds of the last line logged
@@ -217,8 +220,6 @@ func (l *rateLog) log(log *slog.Logger, level slog.Level, msg string, args ...an
 		l.quiet.Add(1)
 		return
 	}
-	if q := l.quiet.Swap(0); q > 0 {
-		args = append(args, "not_logged_since", q)
-	}
+	args = append(args, "not_logged_since", l.quiet.Swap(0))
 	log.Log(context.Background(), level, msg, args...)
 }
