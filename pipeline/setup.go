@@ -207,11 +207,14 @@ func ensureChangelog(ctx context.Context, adm *kadm.Client, cfg *config.Config, 
 // gets a warning instead; a time-out the brokers refuse then stops the
 // pipeline at its first transaction, naming the setting.
 func checkTxnTimeout(ctx context.Context, adm *kadm.Client, cfg *config.Config, log *slog.Logger) error {
-	brokers, err := adm.ListBrokers(ctx)
+	// BrokerMetadata, not ListBrokers: that asks for every topic, and the
+	// client would keep the answer, which lacks the changelogs created below,
+	// and make the first restore wait out its metadata age to find them.
+	md, err := adm.BrokerMetadata(ctx)
 	if err != nil {
 		return fmt.Errorf("listing the brokers to read their transaction.max.timeout.ms: %w", err)
 	}
-	rcs, err := adm.DescribeBrokerConfigs(ctx, brokers.NodeIDs()...)
+	rcs, err := adm.DescribeBrokerConfigs(ctx, md.Brokers.NodeIDs()...)
 	var denied error
 	if err != nil {
 		if !errors.Is(err, kerr.ClusterAuthorizationFailed) {
