@@ -1,5 +1,5 @@
 // Package audit checks a pipeline's history against its topics. Every
-// checkpoint writes a progress record (pipeline.Progress) inside its own
+// checkpoint writes a progress record (wire.Progress) inside its own
 // transaction, so the committed progress records say exactly what was
 // consumed and written; the auditor reads them, the input and output topics
 // and the group's offsets, and reports every place where the topics do not
@@ -15,10 +15,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/txsink"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // Spec says what to audit.
@@ -286,11 +288,11 @@ func Run(ctx context.Context, cl *kgo.Client, spec Spec) (*Report, error) {
 	}
 
 	// No transaction left open on an output partition.
-	set, err := pipeline.PartitionsOf(ctx, adm, spec.Outputs...)
+	set, err := txsink.PartitionsOf(ctx, adm, spec.Outputs...)
 	if err != nil {
 		return nil, err
 	}
-	hanging, err := pipeline.Hanging(ctx, adm, set, spec.TxnTimeout)
+	hanging, err := txsink.Hanging(ctx, adm, set, spec.TxnTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("looking for hanging transactions: %w", err)
 	}
@@ -421,7 +423,7 @@ func readProgress(ctx context.Context, rd *reader, spec Spec, r *Report) (*histo
 	})
 	h := &history{consumed: map[tp][]span{}}
 	for _, rec := range recs {
-		var p pipeline.Progress
+		var p wire.Progress
 		if err := json.Unmarshal(rec.Value, &p); err != nil {
 			r.add(Progress, positionOf(rec).String(), "not a progress record: %v", err)
 			continue

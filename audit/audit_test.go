@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // checkpoint is one hand-built checkpoint: the input range it claims, the
@@ -71,9 +72,9 @@ func build(t *testing.T, h plan) (*kfake.Cluster, *kgo.Client) {
 		if claim < 0 {
 			claim = int64(cp.write)
 		}
-		p := pipeline.Progress{Version: 1, Pipeline: "p", Group: "g", Instance: "i1", Run: "r", Checkpoint: pipeline.CheckpointID(i + 1),
-			Inputs:  []pipeline.ProgressInput{{Topic: "in", Partition: 0, First: cp.first, Last: cp.last}},
-			Outputs: []pipeline.ProgressOutput{{Topic: "out", Partition: 0, Records: claim}}}
+		p := wire.Progress{Version: 1, Pipeline: "p", Group: "g", Instance: "i1", Run: "r", Checkpoint: wire.CheckpointID(i + 1),
+			Inputs:  []wire.ProgressInput{{Topic: "in", Partition: 0, First: cp.first, Last: cp.last}},
+			Outputs: []wire.ProgressOutput{{Topic: "out", Partition: 0, Records: claim}}}
 		b, _ := json.Marshal(p)
 		if err := txn.ProduceSync(ctx, &kgo.Record{Topic: "progress", Value: b}).FirstErr(); err != nil {
 			t.Fatal(err)

@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // headCP is one hand-built checkpoint over the partitions of in: the
@@ -111,18 +112,18 @@ func buildHead(t *testing.T, h headPlan) *kgo.Client {
 		if err := txn.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		p := pipeline.Progress{Version: 1, Pipeline: "p", Group: "g", Instance: "i1", Run: "r", Checkpoint: pipeline.CheckpointID(i + 1),
+		p := wire.Progress{Version: 1, Pipeline: "p", Group: "g", Instance: "i1", Run: "r", Checkpoint: wire.CheckpointID(i + 1),
 			Time: at(i).UnixMilli()}
 		var outs []*kgo.Record
 		for _, part := range slices.Sorted(maps.Keys(cp)) {
 			r := cp[part]
-			p.Inputs = append(p.Inputs, pipeline.ProgressInput{Topic: "in", Partition: part, First: r[0], Last: r[1]})
+			p.Inputs = append(p.Inputs, wire.ProgressInput{Topic: "in", Partition: part, First: r[0], Last: r[1]})
 			for off := r[0]; off <= r[1]; off++ {
 				outs = append(outs, &kgo.Record{Value: fmt.Appendf(nil, "in/%d@%d", part, off)})
 			}
 			end[part] = r[1] + 1
 		}
-		p.Outputs = []pipeline.ProgressOutput{{Topic: "out", Partition: 0, Records: int64(len(outs))}}
+		p.Outputs = []wire.ProgressOutput{{Topic: "out", Partition: 0, Records: int64(len(outs))}}
 		b, _ := json.Marshal(p)
 		outs = append(outs, &kgo.Record{Topic: "progress", Value: b})
 		if err := txn.ProduceSync(ctx, outs...).FirstErr(); err != nil {

@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // realRun writes n input records to a 3-partition topic in (those whose
@@ -59,8 +61,8 @@ func realRun(t *testing.T, name, body string, n int, poison func(int) bool, prep
 		t.Fatal(err)
 	}
 	var aborted atomic.Int64
-	p, err := pipeline.New(cfg, nil, pipeline.WithSeedBrokers(addr), pipeline.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		pipeline.WithBeforeCommit(func(cp pipeline.Checkpoint) error {
+	p, err := engine.New(cfg, nil, engine.WithSeedBrokers(addr), engine.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		engine.WithBeforeCommit(func(cp engine.Checkpoint) error {
 			if cp.ID%3 == 0 && cp.Records > 0 {
 				aborted.Add(1)
 				return fmt.Errorf("injected")
@@ -194,7 +196,7 @@ dead_letter: {topic: dlq}
 	}
 	interleaved, prev, seen := 0, map[int32]string{}, map[string]bool{}
 	for _, rec := range outs {
-		src, _ := lastHeader(rec, pipeline.HeaderSource)
+		src, _ := lastHeader(rec, wire.HeaderSource)
 		if src != prev[rec.Partition] && seen[src] {
 			interleaved++
 		}
@@ -208,7 +210,7 @@ dead_letter: {topic: dlq}
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mid pipeline.Progress
+	var mid wire.Progress
 	if err := json.Unmarshal(progress[len(progress)/2].Value, &mid); err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // sources checks each input's outputs by the source positions they carry
@@ -272,30 +273,30 @@ func (s *sources) inWindow(at position) bool {
 // each counts: a pipeline reading another's output copies its headers
 // before adding its own.
 func sinkInput(rec *kgo.Record) (in position, output, why string) {
-	src, ok := lastHeader(rec, pipeline.HeaderSource)
+	src, ok := lastHeader(rec, wire.HeaderSource)
 	if !ok {
-		return in, "", "it has no " + pipeline.HeaderSource + " header"
+		return in, "", "it has no " + wire.HeaderSource + " header"
 	}
 	in, err := parsePosition(src)
 	if err != nil {
-		return in, "", fmt.Sprintf("its %s header %q is not topic/partition@offset", pipeline.HeaderSource, src)
+		return in, "", fmt.Sprintf("its %s header %q is not topic/partition@offset", wire.HeaderSource, src)
 	}
-	output, ok = lastHeader(rec, pipeline.HeaderOutput)
+	output, ok = lastHeader(rec, wire.HeaderOutput)
 	if !ok {
-		return in, "", "it has no " + pipeline.HeaderOutput + " header"
+		return in, "", "it has no " + wire.HeaderOutput + " header"
 	}
 	name, n, ok := strings.Cut(output, "/")
 	if _, err := strconv.ParseUint(n, 10, 64); !ok || name == "" || err != nil {
-		return in, "", fmt.Sprintf("its %s header %q is not sink/number", pipeline.HeaderOutput, output)
+		return in, "", fmt.Sprintf("its %s header %q is not sink/number", wire.HeaderOutput, output)
 	}
 	return in, output, ""
 }
 
 // deadLetterInput reads the input a dead letter names.
 func deadLetterInput(rec *kgo.Record) (in position, why string) {
-	topic, ok1 := lastHeader(rec, pipeline.HeaderTopic)
-	part, ok2 := lastHeader(rec, pipeline.HeaderPartition)
-	off, ok3 := lastHeader(rec, pipeline.HeaderOffset)
+	topic, ok1 := lastHeader(rec, wire.HeaderTopic)
+	part, ok2 := lastHeader(rec, wire.HeaderPartition)
+	off, ok3 := lastHeader(rec, wire.HeaderOffset)
 	if !ok1 || !ok2 || !ok3 {
 		return in, "a dead letter without the headers naming its input"
 	}

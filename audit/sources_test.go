@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // out is one record a hand-built checkpoint writes: to the sink topic with
@@ -100,11 +101,11 @@ func buildSourced(t *testing.T, inputs int, cps []sourced) *kgo.Client {
 			switch {
 			case w.dead:
 				rec.Topic = "dlq"
-				rec.Headers = []kgo.RecordHeader{{Key: pipeline.HeaderTopic, Value: []byte("in")},
-					{Key: pipeline.HeaderPartition, Value: []byte("0")}, {Key: pipeline.HeaderOffset, Value: fmt.Append(nil, w.src)}}
+				rec.Headers = []kgo.RecordHeader{{Key: wire.HeaderTopic, Value: []byte("in")},
+					{Key: wire.HeaderPartition, Value: []byte("0")}, {Key: wire.HeaderOffset, Value: fmt.Append(nil, w.src)}}
 			case w.output != "":
-				rec.Headers = []kgo.RecordHeader{{Key: pipeline.HeaderSource, Value: fmt.Appendf(nil, "in/0@%d", w.src)},
-					{Key: pipeline.HeaderOutput, Value: []byte(w.output)}}
+				rec.Headers = []kgo.RecordHeader{{Key: wire.HeaderSource, Value: fmt.Appendf(nil, "in/0@%d", w.src)},
+					{Key: wire.HeaderOutput, Value: []byte(w.output)}}
 			}
 			if err := txn.ProduceSync(ctx, rec).FirstErr(); err != nil {
 				t.Fatal(err)
@@ -114,11 +115,11 @@ func buildSourced(t *testing.T, inputs int, cps []sourced) *kgo.Client {
 		if cp.claim >= 0 {
 			wrote["out"] = cp.claim
 		}
-		p := pipeline.Progress{Version: 1, Pipeline: "p", Group: "g", Instance: "i1", Run: "r", Checkpoint: pipeline.CheckpointID(i + 1),
-			Time: at(i).UnixMilli(), Inputs: []pipeline.ProgressInput{{Topic: "in", Partition: 0, First: cp.first, Last: cp.last}}}
+		p := wire.Progress{Version: 1, Pipeline: "p", Group: "g", Instance: "i1", Run: "r", Checkpoint: wire.CheckpointID(i + 1),
+			Time: at(i).UnixMilli(), Inputs: []wire.ProgressInput{{Topic: "in", Partition: 0, First: cp.first, Last: cp.last}}}
 		for _, topic := range []string{"dlq", "out"} {
 			if wrote[topic] > 0 {
-				p.Outputs = append(p.Outputs, pipeline.ProgressOutput{Topic: topic, Partition: 0, Records: wrote[topic]})
+				p.Outputs = append(p.Outputs, wire.ProgressOutput{Topic: topic, Partition: 0, Records: wrote[topic]})
 			}
 		}
 		b, _ := json.Marshal(p)

@@ -11,9 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/pipeline"
 )
 
 // Arm is one way of copying the input topic to an output topic.
@@ -333,11 +335,11 @@ producer: {linger: %s}
 		if err != nil {
 			return fmt.Errorf("the bench's pipeline config: %w", err)
 		}
-		p, err := pipeline.New(cfg, nil,
-			pipeline.WithLogger(e.log),
-			pipeline.WithSeedBrokers(e.seeds...),
-			pipeline.WithClientOpts(kgo.WithHooks(e.hooks)),
-			pipeline.WithCheckpointObserver(func(cp pipeline.Checkpoint) {
+		p, err := engine.New(cfg, nil,
+			engine.WithLogger(e.log),
+			engine.WithSeedBrokers(e.seeds...),
+			engine.WithClientOpts(kgo.WithHooks(e.hooks)),
+			engine.WithCheckpointObserver(func(cp engine.Checkpoint) {
 				switch {
 				case cp.Committed && cp.Records > 0:
 					e.commits.Add(1)

@@ -10,8 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 // profile runs each profiled arm once more, on a backlog of its own, with
@@ -19,7 +20,7 @@ import (
 // visible.
 func (h *harness) profile(ctx context.Context) error {
 	o := h.o
-	as, _ := arms(o.ProfileArms, pipeline.NewRegistry())
+	as, _ := arms(o.ProfileArms, ops.NewRegistry())
 	if len(as) == 0 {
 		return usageErrorf("-profile-arm: none of %v can run", o.ProfileArms)
 	}

@@ -16,10 +16,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pipeline-run/pipeline/broker"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/broker"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 // harness runs the sweep on one broker.
@@ -80,7 +81,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 
 	var skipped []string
-	h.arms, skipped = arms(o.Arms, pipeline.NewRegistry())
+	h.arms, skipped = arms(o.Arms, ops.NewRegistry())
 	h.res = &Results{Broker: h.label, Command: "bench " + strings.Join(os.Args[1:], " "), Machine: machine(), Started: start, Skipped: skipped, Linger: o.Linger.String()}
 	m := h.res.Machine
 	fmt.Fprintf(stdout, "broker: %s (%s); %d CPUs (GOMAXPROCS %d), %s, %s; %s %s; load average %.2f\n", h.label, strings.Join(h.seeds, ","), m.CPUs, m.GOMAXPROCS, m.Memory, m.CPUModel, m.Go, m.OS, m.Load1)

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/broker"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/broker"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 // TestRunOnTheEmbeddedBroker runs a small sweep end to end on an
@@ -39,7 +40,7 @@ func TestRunOnTheEmbeddedBroker(t *testing.T) {
 		t.Fatalf("Run: %v\n%s\n%s", err, out.String(), msg.String())
 	}
 	want := 4
-	if slices.Contains(pipeline.NewRegistry().Kinds(), "aggregate") {
+	if slices.Contains(ops.NewRegistry().Kinds(), "aggregate") {
 		want++
 	} else if !strings.Contains(out.String(), "keyed-count: skipped") {
 		t.Errorf("the output does not say keyed-count was skipped:\n%s", out.String())

@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // TestAuditFollowsConsumerStartFrom runs a pipeline with
@@ -73,7 +75,7 @@ sinks: {out: {topic: out}}
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := pipeline.New(cfg, nil, pipeline.WithSeedBrokers(addr), pipeline.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	p, err := engine.New(cfg, nil, engine.WithSeedBrokers(addr), engine.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +149,7 @@ sinks: {out: {topic: out}}
 	head := map[int32]int64{}
 	checkpoints := 0
 	for _, rec := range progress {
-		var pr pipeline.Progress
+		var pr wire.Progress
 		if err := json.Unmarshal(rec.Value, &pr); err != nil {
 			t.Fatal(err)
 		}

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 // TestAuditShowsProgress audits a finished pipeline and expects progress
@@ -54,7 +55,7 @@ dead_letter: {topic: dlq}
 	audit := func(every time.Duration) (string, string) {
 		t.Helper()
 		var out, errb bytes.Buffer
-		e := &env{reg: pipeline.NewRegistry(), stdout: &out, stderr: &errb, progressEvery: every}
+		e := &env{reg: ops.NewRegistry(), stdout: &out, stderr: &errb, progressEvery: every}
 		if code := e.main(ctx, []string{"audit", "-c", path}); code != 0 {
 			t.Fatalf("audit: exit %d\nstdout: %s\nstderr: %s", code, out.String(), errb.String())
 		}

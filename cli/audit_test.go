@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 func TestAuditWindowFlagsAreCheckedBeforeAnythingRuns(t *testing.T) {
@@ -81,7 +83,7 @@ dead_letter: {topic: dlq}
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := pipeline.New(cfg, nil, pipeline.WithSeedBrokers(addr), pipeline.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	p, err := engine.New(cfg, nil, engine.WithSeedBrokers(addr), engine.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ dead_letter: {topic: dlq}
 	if err != nil || len(progress) < 2 {
 		t.Fatalf("%d progress records (%v), want at least 2", len(progress), err)
 	}
-	var last pipeline.Progress
+	var last wire.Progress
 	if err := json.Unmarshal(progress[len(progress)-1].Value, &last); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +147,7 @@ dead_letter: {topic: dlq}
 		t.Fatalf("%d outputs (%v), want %d", len(outs), err, outputs)
 	}
 	victim := outs[len(outs)/3]
-	src, _ := header(victim, pipeline.HeaderSource)
+	src, _ := header(victim, wire.HeaderSource)
 	txn, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID("tamper"))
 	if err != nil {
 		t.Fatal(err)

@@ -4,14 +4,13 @@
 // their own binary with their own operators:
 //
 //	func main() {
-//		reg := pipeline.NewRegistry()
+//		reg := ops.NewRegistry()
 //		reg.Register("geoip", newGeoIP)
 //		os.Exit(cli.Main(os.Args[1:], reg))
 //	}
 package cli
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -20,12 +19,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/engine"
 	"github.com/pipeline-run/pipeline/pipeline"
 )
 
@@ -109,9 +108,8 @@ func (e *env) main(ctx context.Context, args []string) int {
 	}
 	var ue usageError
 	var ce config.Errors
-	var be pipeline.BuildErrors
 	switch {
-	case errors.As(err, &ue), errors.As(err, &ce), errors.As(err, &be):
+	case errors.As(err, &ue), errors.As(err, &ce):
 		fmt.Fprintln(e.stderr, "pipeline:", indent(err.Error()))
 		return ExitUsage
 	}
@@ -173,12 +171,9 @@ func (e *env) dispatch(ctx context.Context, args []string) error {
 }
 
 // loadConfig loads and validates the file, then builds the graph so that
-// operator and expression errors are found before anything runs. A file
-// with configuration errors is still built as far as it was read, so that
-// one run shows every problem: the graph's are merged into the
-// configuration's (as config.Errors, sorted by line), leaving out those
-// the configuration already reported.
-func (e *env) loadConfig(path string) (*config.Config, *pipeline.Graph, error) {
+// operator and expression errors are found before anything runs: one pass
+// shows every problem (engine.Check).
+func (e *env) loadConfig(path string) (*config.Config, *engine.Graph, error) {
 	if path == "" {
 		return nil, nil, usagef("-c FILE is required")
 	}
@@ -186,62 +181,16 @@ func (e *env) loadConfig(path string) (*config.Config, *pipeline.Graph, error) {
 }
 
 // checkConfig is loadConfig after config.Load (or Parse) returned cfg and err.
-func (e *env) checkConfig(cfg *config.Config, err error) (*config.Config, *pipeline.Graph, error) {
+func (e *env) checkConfig(cfg *config.Config, err error) (*config.Config, *engine.Graph, error) {
+	g, err := engine.Check(cfg, err, e.reg)
 	var ce config.Errors
 	switch {
 	case err == nil:
-		g, err := pipeline.Build(cfg, e.reg)
-		var be pipeline.BuildErrors
-		if errors.As(err, &be) {
-			return nil, nil, placeGraphErrors(cfg, be)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
 		return cfg, g, nil
-	case !errors.As(err, &ce):
-		return nil, nil, usageError{err}
-	case cfg == nil:
+	case errors.As(err, &ce):
 		return nil, nil, err
 	}
-	all := slices.Clone(ce)
-	_, err = pipeline.Build(cfg, e.reg)
-	var be pipeline.BuildErrors
-	switch {
-	case errors.As(err, &be):
-		for _, b := range placeGraphErrors(cfg, be) {
-			if !cfg.Reported(b.Path) {
-				all = append(all, &config.FieldError{Path: b.Path, Line: b.Line, Msg: b.Msg})
-			}
-		}
-	case err != nil: // Build returns BuildErrors; this is a safety net
-		all = append(all, &config.FieldError{Path: "steps", Msg: err.Error()})
-	}
-	slices.SortStableFunc(all, func(a, b *config.FieldError) int {
-		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Path, b.Path))
-	})
-	return nil, nil, all
-}
-
-// placeGraphErrors gives each graph error without a line (a key missing
-// from the file, such as steps[0].key_by.key) the line of the nearest
-// enclosing key, as configuration errors have, and sorts them the same
-// way: by line, then path.
-func placeGraphErrors(cfg *config.Config, be pipeline.BuildErrors) pipeline.BuildErrors {
-	for _, b := range be {
-		for p := b.Path; b.Line == 0 && p != ""; {
-			i := strings.LastIndexAny(p, ".[")
-			if i < 0 {
-				break
-			}
-			p = p[:i]
-			b.Line = cfg.Line(p)
-		}
-	}
-	slices.SortStableFunc(be, func(a, b *pipeline.BuildError) int {
-		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Path, b.Path))
-	})
-	return be
+	return nil, nil, usageError{err}
 }
 
 func newLogger(w io.Writer, c config.Log, override string) *slog.Logger {

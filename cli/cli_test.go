@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/pipeline-run/pipeline/broker"
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
+	"github.com/pipeline-run/pipeline/runner"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -30,7 +32,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 func runCLIContext(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	e := &env{reg: pipeline.NewRegistry(), stdout: &out, stderr: &errb}
+	e := &env{reg: ops.NewRegistry(), stdout: &out, stderr: &errb}
 	code = e.main(ctx, args)
 	return code, out.String(), errb.String()
 }
@@ -303,6 +305,20 @@ sinks:
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("problems:\n%s\nwant:\n%s\nstderr:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), errs)
 	}
+
+	// The Go API's front door reports the same problems in the same order.
+	_, err := runner.Load(path, nil)
+	var ce config.Errors
+	if !errors.As(err, &ce) {
+		t.Fatalf("runner.Load: %v, want config.Errors", err)
+	}
+	var fromGo []string
+	for _, e := range ce {
+		fromGo = append(fromGo, strings.SplitN(e.Error(), "\n", 2)[0])
+	}
+	if strings.Join(fromGo, "\n") != strings.Join(want, "\n") {
+		t.Errorf("runner.Load:\n%s\nwant:\n%s", strings.Join(fromGo, "\n"), strings.Join(want, "\n"))
+	}
 }
 
 // TestMisspeltEnvironmentVariableStopsTheRun checks that a PIPELINE_*
@@ -404,7 +420,7 @@ func checkBrokenFile(t *testing.T, doc []byte) {
 	t.Helper()
 	noEnv := func(string) (string, bool) { return "", false }
 	cfg, perr := config.Parse(doc, "f.yaml", noEnv)
-	e := &env{reg: pipeline.NewRegistry()}
+	e := &env{reg: ops.NewRegistry()}
 	gotCfg, g, err := e.checkConfig(cfg, perr)
 	var ce config.Errors
 	if !errors.As(perr, &ce) {

@@ -7,10 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/engine"
 )
 
 // target is where a command that needs no pipeline connects: the brokers
@@ -62,11 +63,11 @@ func (e *env) connect(ctx context.Context, t target, opts ...kgo.Opt) (*kgo.Clie
 // dial connects a client to seeds with cfg's TLS and SASL settings and
 // checks that one of them answers.
 func dial(ctx context.Context, cfg *config.Config, seeds []string, opts ...kgo.Opt) (*kgo.Client, error) {
-	base, err := pipeline.ClientOpts(cfg, seeds, nil)
+	base, err := engine.ClientOpts(cfg, seeds, nil)
 	if err != nil {
 		return nil, err
 	}
-	if err := pipeline.DialCheck(ctx, seeds, 0); err != nil {
+	if err := engine.DialCheck(ctx, seeds, 0); err != nil {
 		return nil, err
 	}
 	return kgo.NewClient(append(base, opts...)...)

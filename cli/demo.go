@@ -11,12 +11,14 @@ import (
 	"sort"
 	"time"
 
-	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // demoRun is the built-in feeder of the quick start: it writes sensor
@@ -36,7 +38,7 @@ type demoRun struct {
 const poisonEvery = 2500
 
 func newDemo(ctx context.Context, cfg *config.Config, seeds []string, log *slog.Logger) (*demoRun, error) {
-	base, err := pipeline.ClientOpts(cfg, seeds, nil)
+	base, err := engine.ClientOpts(cfg, seeds, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +178,7 @@ func (d *demoRun) consumed(ctx context.Context, group string, topics []string) (
 // read_committed and prints what a user should see. stopped says the run
 // was stopped before the pipeline had committed every record the feeder
 // wrote: then fewer committed than written is expected.
-func (d *demoRun) report(ctx context.Context, w io.Writer, cfg *config.Config, topics []string, st pipeline.Stats, cps *checkpointLog, elapsed time.Duration, stopped bool) error {
+func (d *demoRun) report(ctx context.Context, w io.Writer, cfg *config.Config, topics []string, st engine.Stats, cps *checkpointLog, elapsed time.Duration, stopped bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	counts, samples, err := readBack(ctx, d.cl, topics, 3)
@@ -225,7 +227,7 @@ func readBack(ctx context.Context, cl *kgo.Client, topics []string, nSamples int
 		for _, r := range recs[:min(nSamples, len(recs))] {
 			s := fmt.Sprintf("key=%s value=%s", r.Key, r.Value)
 			for _, h := range r.Headers {
-				if h.Key == pipeline.HeaderError {
+				if h.Key == wire.HeaderError {
 					s += " error=" + string(h.Value)
 				}
 			}

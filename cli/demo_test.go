@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/broker"
-	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/broker"
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 // TestDemoWaitsForRepartitionTopics checks when the demo counts the
@@ -124,7 +125,7 @@ func TestDemoStoppedBySignalExitsZero(t *testing.T) {
 		t.Fatal("quickstart.yaml no longer has rate: 10000; update the test")
 	}
 	var out, errb syncBuffer
-	e := &env{reg: pipeline.NewRegistry(), stdout: &out, stderr: &errb}
+	e := &env{reg: ops.NewRegistry(), stdout: &out, stderr: &errb}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)

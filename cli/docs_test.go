@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 // example is a pipeline shown in the documentation.
@@ -94,7 +94,7 @@ func TestDocExamplesAreValid(t *testing.T) {
 
 	noEnv := func(string) (string, bool) { return "", false }
 	for _, ex := range examples {
-		e := &env{reg: pipeline.NewRegistry()}
+		e := &env{reg: ops.NewRegistry()}
 		_, _, err := e.checkConfig(config.Parse([]byte(ex.body), ex.file, noEnv))
 		switch {
 		case err != nil && !ex.invalid:

@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/pipeline"
 )
 
 // formatFlag adds --format to c: text, for people, or json, one JSON
@@ -42,15 +41,10 @@ type problem struct {
 // problems lists the problems err reports, each with its path and line.
 func problems(err error) []problem {
 	var ce config.Errors
-	var be pipeline.BuildErrors
 	var out []problem
 	switch {
 	case errors.As(err, &ce):
 		for _, e := range ce {
-			out = append(out, problem{Path: e.Path, Line: e.Line, Message: e.Msg})
-		}
-	case errors.As(err, &be):
-		for _, e := range be {
 			out = append(out, problem{Path: e.Path, Line: e.Line, Message: e.Msg})
 		}
 	default:

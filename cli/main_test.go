@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 // Every command runs in the test process; none may leave a goroutine
@@ -58,7 +59,7 @@ func freePort(t *testing.T) int {
 func TestBrokerCreatesTheTopicsItIsGiven(t *testing.T) {
 	port := freePort(t)
 	var out, errb syncBuffer
-	e := &env{reg: pipeline.NewRegistry(), stdout: &out, stderr: &errb}
+	e := &env{reg: ops.NewRegistry(), stdout: &out, stderr: &errb}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

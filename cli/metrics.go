@@ -8,9 +8,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pipeline-run/pipeline/internal/engine"
 )
 
 // Metric names, with their units.
@@ -39,7 +40,7 @@ type metrics struct {
 	commit      prometheus.Histogram
 }
 
-func newMetrics(p func() pipeline.Stats) *metrics {
+func newMetrics(p func() engine.Stats) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -54,27 +55,27 @@ func newMetrics(p func() pipeline.Stats) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 	}
-	counter := func(name, help string, f func(pipeline.Stats) int64) prometheus.Collector {
+	counter := func(name, help string, f func(engine.Stats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(p())) })
 	}
 	m.reg.MustRegister(m.checkpoints, m.duration, m.commit,
-		counter(metricRecordsIn, "Source records covered by committed checkpoints, not those read back from repartition topics.", func(s pipeline.Stats) int64 { return s.RecordsIn }),
-		counter(metricRecordsOut, "Records committed checkpoints wrote to sinks and the dead-letter topic.", func(s pipeline.Stats) int64 { return s.RecordsOut }),
-		counter(metricRepartitioned, "Records committed checkpoints read back from key_by repartition topics.", func(s pipeline.Stats) int64 { return s.Repartitioned }),
-		counter(metricDeadLetters, "Input records sent to the dead-letter topic.", func(s pipeline.Stats) int64 { return s.DeadLetters }),
-		counter(metricRebuilds, "Times the transactional client was rebuilt after an unknown outcome or a fence.", func(s pipeline.Stats) int64 { return s.Rebuilds }),
-		counter(metricRestored, "Changelog records replayed into state stores.", func(s pipeline.Stats) int64 { return s.Restored }),
-		gauge(p, metricStateKeys, "Keys in this instance's state stores as of the last checkpoint (-1: the backend does not count them).", func(s pipeline.Stats) int64 { return s.StateKeys }),
-		gauge(p, metricStateBytes, "Memory held by this instance's state stores as of the last checkpoint.", func(s pipeline.Stats) int64 { return s.StateBytes }),
-		gauge(p, metricStateDisk, "Bytes of state on disk (pebble) as of the last checkpoint.", func(s pipeline.Stats) int64 { return s.StateDisk }),
-		gauge(p, metricTasksRestoring, "Tasks restoring their state apart from the checkpoints; their records wait until they are done.", func(s pipeline.Stats) int64 { return s.Restoring }),
+		counter(metricRecordsIn, "Source records covered by committed checkpoints, not those read back from repartition topics.", func(s engine.Stats) int64 { return s.RecordsIn }),
+		counter(metricRecordsOut, "Records committed checkpoints wrote to sinks and the dead-letter topic.", func(s engine.Stats) int64 { return s.RecordsOut }),
+		counter(metricRepartitioned, "Records committed checkpoints read back from key_by repartition topics.", func(s engine.Stats) int64 { return s.Repartitioned }),
+		counter(metricDeadLetters, "Input records sent to the dead-letter topic.", func(s engine.Stats) int64 { return s.DeadLetters }),
+		counter(metricRebuilds, "Times the transactional client was rebuilt after an unknown outcome or a fence.", func(s engine.Stats) int64 { return s.Rebuilds }),
+		counter(metricRestored, "Changelog records replayed into state stores.", func(s engine.Stats) int64 { return s.Restored }),
+		gauge(p, metricStateKeys, "Keys in this instance's state stores as of the last checkpoint (-1: the backend does not count them).", func(s engine.Stats) int64 { return s.StateKeys }),
+		gauge(p, metricStateBytes, "Memory held by this instance's state stores as of the last checkpoint.", func(s engine.Stats) int64 { return s.StateBytes }),
+		gauge(p, metricStateDisk, "Bytes of state on disk (pebble) as of the last checkpoint.", func(s engine.Stats) int64 { return s.StateDisk }),
+		gauge(p, metricTasksRestoring, "Tasks restoring their state apart from the checkpoints; their records wait until they are done.", func(s engine.Stats) int64 { return s.Restoring }),
 		prometheus.NewGoCollector(),
 		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 	)
 	return m
 }
 
-func (m *metrics) observe(cp pipeline.Checkpoint) {
+func (m *metrics) observe(cp engine.Checkpoint) {
 	if !cp.Committed {
 		m.checkpoints.WithLabelValues("aborted").Inc()
 		return
@@ -104,6 +105,6 @@ func (m *metrics) serve(ctx context.Context, ln net.Listener, log *slog.Logger) 
 	return nil
 }
 
-func gauge(p func() pipeline.Stats, name, help string, f func(pipeline.Stats) int64) prometheus.Collector {
+func gauge(p func() engine.Stats, name, help string, f func(engine.Stats) int64) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f(p())) })
 }

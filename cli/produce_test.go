@@ -10,19 +10,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 // produceCLI runs produce with stdin.
 func produceCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	e := &env{reg: pipeline.NewRegistry(), stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb}
+	e := &env{reg: ops.NewRegistry(), stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb}
 	code = e.main(context.Background(), append([]string{"produce"}, args...))
 	return code, out.String(), errb.String()
 }

@@ -14,10 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/pipeline-run/pipeline/broker"
 	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/pipeline"
-	"golang.org/x/sync/errgroup"
+	"github.com/pipeline-run/pipeline/internal/engine"
 )
 
 func (e *env) run(ctx context.Context, args []string) error {
@@ -39,7 +40,7 @@ func (e *env) run(ctx context.Context, args []string) error {
 
 	var cps checkpointLog
 	var m *metrics
-	var p *pipeline.Pipeline
+	var p *engine.Pipeline
 	var ln net.Listener
 	if cfg.Metrics.Listen != "" {
 		// Listen before anything runs: a taken port is a configuration
@@ -48,7 +49,7 @@ func (e *env) run(ctx context.Context, args []string) error {
 			return usagef("metrics.listen: %v", err)
 		}
 		defer ln.Close()
-		m = newMetrics(func() pipeline.Stats { return p.Stats() })
+		m = newMetrics(func() engine.Stats { return p.Stats() })
 	}
 
 	var seeds []string
@@ -81,10 +82,10 @@ func (e *env) run(ctx context.Context, args []string) error {
 		defer demo.close()
 	}
 
-	p, err = pipeline.New(cfg, e.reg, crash,
-		pipeline.WithLogger(log),
-		pipeline.WithSeedBrokers(seeds...),
-		pipeline.WithCheckpointObserver(func(cp pipeline.Checkpoint) {
+	p, err = engine.New(cfg, e.reg, crash,
+		engine.WithLogger(log),
+		engine.WithSeedBrokers(seeds...),
+		engine.WithCheckpointObserver(func(cp engine.Checkpoint) {
 			cps.add(cp)
 			if m != nil {
 				m.observe(cp)
@@ -140,7 +141,7 @@ type checkpointLog struct {
 	commits   []time.Duration
 }
 
-func (c *checkpointLog) add(cp pipeline.Checkpoint) {
+func (c *checkpointLog) add(cp engine.Checkpoint) {
 	if !cp.Committed || cp.Records == 0 {
 		return
 	}
@@ -164,7 +165,7 @@ func (c *checkpointLog) percentiles() (p50, p99, max time.Duration) {
 // loadRunConfig is loadConfig for run and validate, which also check
 // PIPELINE_CRASH_AT, the crash drill run reads, and report a bad value
 // with the configuration's other problems. It returns the drill's option.
-func (e *env) loadRunConfig(path string) (*config.Config, *pipeline.Graph, pipeline.Option, error) {
+func (e *env) loadRunConfig(path string) (*config.Config, *engine.Graph, engine.Option, error) {
 	cfg, g, err := e.loadConfig(path)
 	crash, cerr := crashPoint(os.Getenv(crashVar))
 	if cerr == nil {
@@ -186,17 +187,17 @@ const crashVar = "PIPELINE_CRASH_AT"
 // crashPoint reads PIPELINE_CRASH_AT, a fault drill: "POINT:N" makes the
 // process SIGKILL itself at POINT (before-commit or after-commit) of the
 // N-th checkpoint that read records. Empty: no drill.
-func crashPoint(spec string) (pipeline.Option, *config.FieldError) {
+func crashPoint(spec string) (engine.Option, *config.FieldError) {
 	if spec == "" {
-		return func(*pipeline.Pipeline) {}, nil
+		return func(*engine.Pipeline) {}, nil
 	}
 	point, nth, ok := strings.Cut(spec, ":")
 	n, err := strconv.Atoi(nth)
-	if !ok || err != nil || n < 1 || (point != string(pipeline.BeforeCommit) && point != string(pipeline.AfterCommit)) {
+	if !ok || err != nil || n < 1 || (point != string(engine.BeforeCommit) && point != string(engine.AfterCommit)) {
 		return nil, &config.FieldError{Path: crashVar, Msg: fmt.Sprintf("%q is not a crash point: want before-commit:N or after-commit:N, N from 1", spec)}
 	}
 	seen := 0
-	return pipeline.WithFaultPoint(func(at pipeline.FaultPoint, cp pipeline.Checkpoint) {
+	return engine.WithFaultPoint(func(at engine.FaultPoint, cp engine.Checkpoint) {
 		if string(at) != point {
 			return
 		}

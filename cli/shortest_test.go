@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 // TestShortestFileRuns takes the shortest file of docs/config.md and does
@@ -40,7 +40,7 @@ func TestShortestFileRuns(t *testing.T) {
 	t.Setenv("PIPELINE_EMBEDDED_PORT", fmt.Sprint(freePort(t)))
 
 	var out, errb syncBuffer
-	e := &env{reg: pipeline.NewRegistry(), stdout: &out, stderr: &errb}
+	e := &env{reg: ops.NewRegistry(), stdout: &out, stderr: &errb}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
@@ -59,7 +59,7 @@ func TestShortestFileRuns(t *testing.T) {
 	}
 
 	var pout, perr bytes.Buffer
-	p := &env{reg: pipeline.NewRegistry(), stdout: &pout, stderr: &perr, stdin: strings.NewReader("{\"n\": 1}\n{\"n\": 2}\n{\"n\": 3}\n")}
+	p := &env{reg: ops.NewRegistry(), stdout: &pout, stderr: &perr, stdin: strings.NewReader("{\"n\": 1}\n{\"n\": 2}\n{\"n\": 3}\n")}
 	if code := p.main(ctx, []string{"produce", "-c", path, "--topic", "input"}); code != 0 || !strings.Contains(pout.String(), "produced 3 records to input") {
 		t.Fatalf("produce: exit %d\nstdout: %s\nstderr: %s", code, pout.String(), perr.String())
 	}

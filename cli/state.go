@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pipeline-run/pipeline/pipeline"
-	"github.com/pipeline-run/pipeline/pipeline/state"
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/pipeline-run/pipeline/pipeline/state"
+	"github.com/pipeline-run/pipeline/txsink"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // stateCmd runs `state reset`, which deletes one stateful step's state deliberately: its changelog
@@ -55,7 +57,7 @@ func (e *env) stateReset(ctx context.Context, fs *command, args []string) error 
 	defer adm.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	topic := pipeline.ChangelogTopic(cfg.Name, *step)
+	topic := wire.ChangelogTopic(cfg.Name, *step)
 	details, err := adm.ListTopics(ctx, topic)
 	if err != nil {
 		return err
@@ -113,7 +115,7 @@ func (e *env) stateReset(ctx context.Context, fs *command, args []string) error 
 // that ever ran, even when the changelog is gone.
 func taskBound(ctx context.Context, adm *kadm.Client, sources []string, changelog, configured int) (int, error) {
 	n := max(changelog, configured, 1)
-	set, err := pipeline.PartitionsOf(ctx, adm, sources...)
+	set, err := txsink.PartitionsOf(ctx, adm, sources...)
 	if err != nil {
 		return 0, fmt.Errorf("listing the partitions of %v: %w", sources, err)
 	}

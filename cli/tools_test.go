@@ -12,14 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
-	"github.com/pipeline-run/pipeline/pipeline/state"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/pipeline/state"
 )
 
 func TestOffsetsAndHangingTransactions(t *testing.T) {
@@ -165,7 +166,7 @@ func runUntil(t *testing.T, ctx context.Context, cfgPath string, done func() (bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := pipeline.New(cfg, nil, pipeline.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	p, err := engine.New(cfg, nil, engine.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,8 +342,8 @@ sinks:
 
 // TestStateMetrics checks that the state figures reach their metrics.
 func TestStateMetrics(t *testing.T) {
-	m := newMetrics(func() pipeline.Stats {
-		return pipeline.Stats{Restored: 1234, StateKeys: 56, StateBytes: 7890, StateDisk: 4321, Restoring: 3}
+	m := newMetrics(func() engine.Stats {
+		return engine.Stats{Restored: 1234, StateKeys: 56, StateBytes: 7890, StateDisk: 4321, Restoring: 3}
 	})
 	families, err := m.reg.Gather()
 	if err != nil {

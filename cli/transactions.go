@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/pipeline-run/pipeline/txsink"
 )
 
 func (e *env) transactions(ctx context.Context, args []string) error {
@@ -42,14 +43,14 @@ func (e *env) hanging(ctx context.Context, fs *command, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	topics := g.OutputTopics()
-	set, err := pipeline.PartitionsOf(ctx, adm, topics...)
+	set, err := txsink.PartitionsOf(ctx, adm, topics...)
 	if err != nil {
 		return err
 	}
 	if *older == 0 {
 		*older = cfg.Transactions.Timeout
 	}
-	hanging, err := pipeline.Hanging(ctx, adm, set, *older)
+	hanging, err := txsink.Hanging(ctx, adm, set, *older)
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func (e *env) hanging(ctx context.Context, fs *command, args []string) error {
 }
 
 // abortTxn writes an abort marker for the hanging transaction h.
-func abortTxn(ctx context.Context, adm *kadm.Client, h pipeline.HangingTxn) error {
+func abortTxn(ctx context.Context, adm *kadm.Client, h txsink.HangingTxn) error {
 	resp, err := adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{
 		ProducerID: h.ProducerID, ProducerEpoch: h.Epoch, Commit: false,
 		CoordinatorEpoch: -1, Topics: kadm.TopicsSet{h.Topic: {h.Partition: {}}},
@@ -109,7 +110,7 @@ type hangingTxn struct {
 	AbortError    string `json:"abort_error"` // with --abort, why it failed
 }
 
-func (e *env) hangingJSON(ctx context.Context, adm *kadm.Client, topics []string, older time.Duration, hanging []pipeline.HangingTxn, abort bool) error {
+func (e *env) hangingJSON(ctx context.Context, adm *kadm.Client, topics []string, older time.Duration, hanging []txsink.HangingTxn, abort bool) error {
 	out := struct {
 		OlderThanMs int64        `json:"older_than_ms"`
 		Topics      []string     `json:"topics"`

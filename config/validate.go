@@ -433,8 +433,8 @@ func (k *checker) outputs() {
 var positionHeaders = []string{"pipeline.source", "pipeline.output"}
 
 // sourcePositions checks that audit.source_positions can mean what it says:
-// each sink record derives from one input record, and the audit that
-// checks them runs.
+// the audit that checks the positions runs, and no sink header takes their
+// names.
 func (k *checker) sourcePositions() {
 	c := k.c
 	if !c.Audit.SourcePositions {
@@ -443,16 +443,8 @@ func (k *checker) sourcePositions() {
 	if !c.Audit.Enabled {
 		k.errorf("audit.source_positions", "needs audit.enabled: the positions are checked against the progress records, which audit.enabled: false turns off")
 	}
-	for _, s := range c.Steps {
-		m, ok := s.Spec.(map[string]any)
-		if s.Kind != "aggregate" || !ok || m["emit"] != "checkpoint" {
-			continue
-		}
-		// Its records stand for every input of their key in the
-		// checkpoint: no one position is theirs.
-		k.errorf(s.Path+".aggregate.emit", "emit: checkpoint writes one record for many inputs, which has no single source position; "+
-			"audit.source_positions needs steps that write each record for one input (use emit: update, or turn audit.source_positions off)")
-	}
+	// That each step writes a record for one input is the graph's to
+	// check: engine.Build asks each step (pipeline.Merger).
 	for _, s := range c.Sinks {
 		for _, h := range positionHeaders {
 			if _, ok := s.Headers[h]; ok {

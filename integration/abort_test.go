@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/pipeline-run/pipeline/config"
-	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/internal/engine"
 )
 
 var errInjectedAbort = errors.New("checkpoint aborted on purpose by the test")
@@ -55,10 +55,10 @@ func TestAbortedCheckpointsReplayExactlyOnce(t *testing.T) {
 	input := StartInput(t, e.seeds, InputSpec{Topic: e.input, Records: records, Keys: keys, Rate: int(float64(records) / span.Seconds())})
 
 	var withRecords, fired, firedWhileFlowing atomic.Int64
-	p, err := pipeline.New(cfg, nil,
-		pipeline.WithSeedBrokers(e.seeds...),
-		pipeline.WithLogger(slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: e2eLogLevel()}))),
-		pipeline.WithBeforeCommit(func(cp pipeline.Checkpoint) error {
+	p, err := engine.New(cfg, nil,
+		engine.WithSeedBrokers(e.seeds...),
+		engine.WithLogger(slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: e2eLogLevel()}))),
+		engine.WithBeforeCommit(func(cp engine.Checkpoint) error {
 			// Every third checkpoint that has records: an empty one
 			// aborted would prove nothing.
 			if cp.Records == 0 || withRecords.Add(1)%3 != 0 {

@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // TestPoisonRecordsGoToTheDeadLetterTopicOnce mixes poison records into the
@@ -154,11 +155,11 @@ func checkDeadLetters(t *testing.T, e *env, dlq string, poisonSeq map[string]int
 		for _, hd := range d.Headers {
 			h[hd.Key] = string(hd.Value)
 		}
-		part, err1 := strconv.ParseInt(h[pipeline.HeaderPartition], 10, 32)
-		off, err2 := strconv.ParseInt(h[pipeline.HeaderOffset], 10, 64)
-		if h[pipeline.HeaderTopic] != e.input || err1 != nil || err2 != nil {
+		part, err1 := strconv.ParseInt(h[wire.HeaderPartition], 10, 32)
+		off, err2 := strconv.ParseInt(h[wire.HeaderOffset], 10, 64)
+		if h[wire.HeaderTopic] != e.input || err1 != nil || err2 != nil {
 			problem("%s: source headers %s=%q %s=%q %s=%q do not name an input record", here,
-				pipeline.HeaderTopic, h[pipeline.HeaderTopic], pipeline.HeaderPartition, h[pipeline.HeaderPartition], pipeline.HeaderOffset, h[pipeline.HeaderOffset])
+				wire.HeaderTopic, h[wire.HeaderTopic], wire.HeaderPartition, h[wire.HeaderPartition], wire.HeaderOffset, h[wire.HeaderOffset])
 			continue
 		}
 		at := pos{int32(part), off}
@@ -170,7 +171,7 @@ func checkDeadLetters(t *testing.T, e *env, dlq string, poisonSeq map[string]int
 			problem("%s: names %s, which holds no record", here, src)
 			continue
 		case !isPoison:
-			problem("%s: a good record (%s, %s) was dead-lettered: %s=%q", here, src, orig.Value, pipeline.HeaderError, h[pipeline.HeaderError])
+			problem("%s: a good record (%s, %s) was dead-lettered: %s=%q", here, src, orig.Value, wire.HeaderError, h[wire.HeaderError])
 			continue
 		case seen[at] != "":
 			problem("%s: poison seq %d (%s) again, first at %s", here, seq, src, seen[at])
@@ -180,11 +181,11 @@ func checkDeadLetters(t *testing.T, e *env, dlq string, poisonSeq map[string]int
 		if string(d.Key) != string(orig.Key) || string(d.Value) != string(orig.Value) {
 			problem("%s: key %q value %q, the input %s has %q %q", here, d.Key, d.Value, src, orig.Key, orig.Value)
 		}
-		if want, errText := wantErr(seq), h[pipeline.HeaderError]; !strings.Contains(errText, want) {
-			problem("%s: poison seq %d: %s=%q, want it to say %q", here, seq, pipeline.HeaderError, errText, want)
+		if want, errText := wantErr(seq), h[wire.HeaderError]; !strings.Contains(errText, want) {
+			problem("%s: poison seq %d: %s=%q, want it to say %q", here, seq, wire.HeaderError, errText, want)
 		}
-		if got := h[pipeline.HeaderStep]; got != step {
-			problem("%s: %s=%q, want %s", here, pipeline.HeaderStep, got, step)
+		if got := h[wire.HeaderStep]; got != step {
+			problem("%s: %s=%q, want %s", here, wire.HeaderStep, got, step)
 		}
 	}
 	for _, at := range slices.SortedFunc(maps.Keys(wantAt), func(a, b pos) int {

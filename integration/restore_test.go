@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // TestALongRestoreLetsTheOtherPartitionsCommit restarts a keyed count
@@ -41,7 +41,7 @@ func TestALongRestoreLetsTheOtherPartitionsCommit(t *testing.T) {
 	p.Term()
 
 	px := startProxy(t, Seeds(e.broker))
-	changelog := pipeline.ChangelogTopic(e.group, "per_key")
+	changelog := wire.ChangelogTopic(e.group, "per_key")
 	td, err := e.adm.ListTopics(t.Context(), changelog)
 	if err != nil || td[changelog].Err != nil {
 		t.Fatalf("describing %s: %v %v", changelog, err, td[changelog].Err)

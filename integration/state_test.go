@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/offsets"
-	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // countConfig is a count-per-key pipeline: the exactly-once keyed state
@@ -105,7 +106,7 @@ func runCountKills(t *testing.T, backend string) {
 	// A clean restart. A task restores its state when its first record
 	// arrives, so one more record per key opens every task; each key's
 	// count must then be the restored one plus one, exact.
-	changelog := pipeline.ChangelogTopic(e.group, "per_key")
+	changelog := wire.ChangelogTopic(e.group, "per_key")
 	length := changelogRecords(t, e, changelog)
 	produceSeqs(t, e, records, records+keys, keys)
 	restartedAt := time.Now()
@@ -449,7 +450,7 @@ func TestCrashesAroundTheCommitLoseNoState(t *testing.T) {
 				t.Fatalf("the crash did not happen mid-stream: %d of %d committed", c, records)
 			}
 			os.Unsetenv("PIPELINE_CRASH_AT")
-			changelog := pipeline.ChangelogTopic(e.group, "per_key")
+			changelog := wire.ChangelogTopic(e.group, "per_key")
 			length := changelogRecords(t, e, changelog)
 			p = e.startPipeline(cfgPath)
 			end := e.inputEnd()

@@ -1,19 +1,6 @@
 package pipeline
 
-import (
-	"errors"
-	"fmt"
-	"strings"
-)
-
-// ErrStopped is returned by Run when the pipeline was asked to stop and
-// stopped cleanly.
-var ErrStopped = errors.New("pipeline stopped")
-
-// ErrZombie is returned when another live instance uses our instance id: the
-// broker fenced this one. Restarting it would only fence the other in turn,
-// so the process must exit.
-var ErrZombie = errors.New("fenced by another instance with the same instance_id")
+import "fmt"
 
 // DecodeError says a key or value could not be decoded in its format.
 type DecodeError struct{ Err error }
@@ -40,40 +27,3 @@ func (e *RecordError) Error() string {
 }
 
 func (e *RecordError) Unwrap() error { return e.Err }
-
-// BuildError is one problem found while building the graph from config,
-// named by its YAML path.
-type BuildError struct {
-	Path string
-	Line int
-	Msg  string
-}
-
-func (e *BuildError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s (line %d): %s", e.Path, e.Line, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s", e.Path, e.Msg)
-}
-
-// BuildErrors is every problem found while building the graph.
-type BuildErrors []*BuildError
-
-func (es BuildErrors) Error() string {
-	var b strings.Builder
-	for i, e := range es {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(e.Error())
-	}
-	return b.String()
-}
-
-func (es BuildErrors) Unwrap() []error {
-	out := make([]error, len(es))
-	for i, e := range es {
-		out[i] = e
-	}
-	return out
-}

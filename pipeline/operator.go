@@ -1,16 +1,17 @@
+// Package pipeline is the operator API: what a step of a pipeline is
+// (Definition, Operator), what it works on (Record, Value), what it sees
+// while it runs (Context), how it is built from its YAML (Spec, Factory)
+// and how its kind is made known (Registry). The built-in operators
+// (package ops) are written against this API alone, as a user's own are;
+// the engine that runs them lives elsewhere (package runner is its front
+// door).
 package pipeline
 
 import (
-	"errors"
-	"fmt"
-	"reflect"
-	"slices"
-	"sort"
-	"strings"
-	"time"
+	"context"
+	"log/slog"
 
-	"github.com/go-viper/mapstructure/v2"
-	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/pipeline/state"
 )
 
 // TaskID names a task: the source partition number it processes. With
@@ -26,18 +27,46 @@ type TaskID int32
 // An error returned by Process fails the input record r derives from: it
 // goes to the dead-letter topic, or stops the pipeline when there is none.
 type Operator interface {
-	Process(ctx *Context, r *Record) error
+	Process(ctx Context, r *Record) error
 }
 
 // Flusher is an Operator that holds records back (a batch, a window) and
 // must release them at a checkpoint barrier, before anything commits.
 type Flusher interface {
-	Flush(ctx *Context) error
+	Flush(ctx Context) error
 }
 
 // Closer is an Operator with resources to release when its task closes.
 type Closer interface {
 	Close() error
+}
+
+// Context is what an operator sees while it processes a record or
+// flushes: where to emit, which task and input it runs in, an expression
+// evaluator and a logger of its own.
+//
+// It is a context.Context too, done when the operator's task stops (its
+// partitions were revoked, or the pipeline is shutting down and the grace
+// period is over): an operator that calls out (HTTP, a database) passes it
+// on, so that a stuck call does not hold the pipeline. A Context is valid
+// only during the call it is passed to.
+type Context interface {
+	context.Context
+	// Task returns the task the record belongs to.
+	Task() TaskID
+	// Input returns which of the step's inputs (its from list) the record
+	// arrived on.
+	Input() int
+	// Eval returns the operator instance's expression evaluator.
+	Eval() *Evaluator
+	// Logger returns a logger naming the step and the task.
+	Logger() *slog.Logger
+	// Emit sends r to the step's default output.
+	Emit(r *Record)
+	// EmitTo sends r to the named output. Emitting to an output the
+	// operator's Definition does not list is a programming error and
+	// drops r.
+	EmitTo(output string, r *Record)
 }
 
 // Definition is an operator as configured: built once from its YAML spec,
@@ -50,265 +79,48 @@ type Definition interface {
 	NewOperator(task TaskID) (Operator, error)
 }
 
-// Factory builds a Definition from a step's spec. It reports every problem
-// through spec.Errorf (or returns an error) and must not touch the network:
-// `pipeline validate` runs it.
-type Factory func(spec *Spec) (Definition, error)
-
-// Registry maps operator kinds (the key under a step, such as "map") to
-// their factories. Built-in operators are registered like any other; a Go
-// user adds their own with Register and passes the registry to the runtime.
-type Registry struct {
-	kinds map[string]Factory
+// StatefulDefinition is a Definition whose operators keep keyed state. The
+// engine gives each task's operator a state.Store, writes the store's
+// changes to the step's changelog topic (one partition per task) inside
+// every checkpoint's transaction, commits or aborts them with it, and
+// restores the store from the changelog before the task processes anything.
+//
+// State is per task, and a task is a partition number: an operator must only
+// keep state for keys whose records all reach the same task, that is for
+// the keys the input is partitioned by (the source's, or a key_by step's).
+// The engine refuses a stateful step whose input was re-keyed by a step
+// that says so (KeyChanger) without a key_by in between.
+type StatefulDefinition interface {
+	Definition
+	// Fingerprint identifies what the state means. The engine adds where
+	// the records' key comes from, and state written under another
+	// fingerprint is refused at start-up rather than misread.
+	Fingerprint() string
+	// NewStatefulOperator returns the operator of one task, over its
+	// store. It registers every state the operator uses (state.NewValue
+	// and the like) and does not read them yet: the engine restores the
+	// store from its changelog after it returns, checking each record
+	// against the state it belongs to.
+	NewStatefulOperator(task TaskID, st *state.Store) (Operator, error)
 }
 
-// NewRegistry returns a registry holding the built-in operators.
-func NewRegistry() *Registry {
-	r := &Registry{kinds: make(map[string]Factory)}
-	r.mustRegister("filter", newFilter)
-	r.mustRegister("map", newMap)
-	r.mustRegister("flat_map", newFlatMap)
-	r.mustRegister("split", newSplit)
-	r.mustRegister("route", newRoute)
-	r.mustRegister("union", newUnion)
-	r.mustRegister("aggregate", newAggregate)
-	r.mustRegister("dedupe", newDedupe)
-	// parallel is wired by the graph builder, which needs the registry to
-	// build the inner step; it is listed here so Kinds names it.
-	r.kinds["parallel"] = nil
-	r.kinds["key_by"] = nil
-	return r
+// KeyChanger is a Definition that may give records a new key (a map with a
+// key expression). Records it re-keys are no longer partitioned by their
+// key, so keyed state downstream needs a key_by first; the engine checks
+// that with ChangesKeys.
+type KeyChanger interface {
+	ChangesKeys() bool
 }
 
-func (r *Registry) mustRegister(kind string, f Factory) {
-	if err := r.Register(kind, f); err != nil {
-		panic(err) // only reachable through a programming error in this package
-	}
-}
-
-// Register adds an operator kind. Kinds are lower case words; registering a
-// kind twice is an error.
-func (r *Registry) Register(kind string, f Factory) error {
-	if kind == "" || strings.ContainsAny(kind, " .") || kind == "name" || kind == "from" {
-		return fmt.Errorf("operator kind %q: not a valid name", kind)
-	}
-	if f == nil {
-		return fmt.Errorf("operator kind %q: nil factory", kind)
-	}
-	if _, ok := r.kinds[kind]; ok {
-		return fmt.Errorf("operator kind %q: already registered", kind)
-	}
-	r.kinds[kind] = f
-	return nil
-}
-
-// Kinds returns the registered kinds, sorted.
-func (r *Registry) Kinds() []string {
-	out := make([]string, 0, len(r.kinds))
-	for k := range r.kinds {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (r *Registry) lookup(kind string) (Factory, bool) {
-	f, ok := r.kinds[kind]
-	return f, ok
-}
-
-// Spec is one step's configuration as handed to a Factory.
-type Spec struct {
-	Name   string // the step's name, unique in the graph
-	Kind   string
-	Path   string // YAML path of the operator's value, e.g. "steps[2].map"
-	Value  any    // the YAML value under the kind key: string, number, bool, []any or map[string]any
-	Inputs int    // how many streams the step reads
-
-	line  func(path string) int
-	errs  *BuildErrors
-	reads *valueReads // what the graph's expressions read of record values
-}
-
-// Errorf records a problem at Path + sub (sub may be "" or start with "." or "[").
-func (s *Spec) Errorf(sub, format string, args ...any) {
-	p := s.Path + sub
-	e := &BuildError{Path: p, Msg: fmt.Sprintf(format, args...)}
-	if s.line != nil {
-		e.Line = s.line(p)
-	}
-	*s.errs = append(*s.errs, e)
-}
-
-// Expr compiles src, recording a problem at Path + sub when it does not
-// compile. It returns nil then.
-func (s *Spec) Expr(sub, src string, want ExprResult) *Expr {
-	if strings.TrimSpace(src) == "" {
-		s.Errorf(sub, "empty expression")
-		return nil
-	}
-	e, err := CompileExpr(src, want)
-	if err != nil {
-		s.Errorf(sub, "%v", err)
-		return nil
-	}
-	s.reads.add(e)
-	return e
-}
-
-// valueReads gathers what the expressions of a graph read of record
-// values, for the projection its sources decode with.
-type valueReads struct {
-	fields []string
-	whole  bool // some step reads values whole, or in ways unknown
-}
-
-func (r *valueReads) add(e *Expr) {
-	if r == nil || e.uses&useValue == 0 {
-		return
-	}
-	if e.wholeValue {
-		r.whole = true
-	}
-	for _, f := range e.valueFields {
-		if !slices.Contains(r.fields, f) {
-			r.fields = append(r.fields, f)
-		}
-	}
-}
-
-// projection returns what sources decode JSON values with: nil (all of
-// each value) when anything reads values whole.
-func (r *valueReads) projection() *projection {
-	if r.whole {
-		return nil
-	}
-	return newProjection(r.fields)
-}
-
-// builtinKinds are the kinds NewRegistry registers. A registry cannot
-// replace them, so a step of one of these kinds is the built-in operator,
-// whose every read of a record goes through its expressions. Any other
-// operator may read values as it likes.
-var builtinKinds = map[string]bool{
-	"filter": true, "map": true, "flat_map": true, "split": true, "route": true,
-	"union": true, "aggregate": true, "dedupe": true,
-}
-
-// Decode copies a map spec into the struct pointed to by into, matching
-// keys to `yaml` struct tags. Durations (time.Duration fields) are read as
-// the configuration reads them (config.DurationOf): "10m", not a bare
-// number. Unknown keys and wrong values are recorded as problems at their
-// key's path; Decode reports whether it succeeded.
-func (s *Spec) Decode(into any) bool {
-	if s.Value == nil {
-		return true
-	}
-	if _, ok := s.Value.(map[string]any); !ok {
-		s.Errorf("", "expected a map, got %s", describe(s.Value))
-		return false
-	}
-	var md mapstructure.Metadata
-	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		TagName:    "yaml",
-		Result:     into,
-		Metadata:   &md,
-		DecodeHook: durationHook,
-	})
-	if err != nil {
-		s.Errorf("", "%v", err)
-		return false
-	}
-	ok := true
-	if err := dec.Decode(s.Value); err != nil {
-		s.decodeErrors(err)
-		ok = false
-	}
-	sort.Strings(md.Unused)
-	for _, k := range md.Unused {
-		s.Errorf("."+k, "unknown key")
-		ok = false
-	}
-	return ok
-}
-
-var durationType = reflect.TypeFor[time.Duration]()
-
-// durationHook reads the values of time.Duration fields with the
-// configuration's one duration reader.
-func durationHook(_, to reflect.Type, data any) (any, error) {
-	if to != durationType {
-		return data, nil
-	}
-	return config.DurationOf(data)
-}
-
-// decodeErrors records each field's error from mapstructure at the
-// field's path, in words rather than Go types.
-func (s *Spec) decodeErrors(err error) {
-	var inner *mapstructure.DecodeError
-	switch e := err.(type) {
-	case *mapstructure.DecodeError:
-		cause := e.Unwrap()
-		if errors.As(cause, &inner) {
-			s.decodeErrors(cause) // a nested struct's fields name themselves
-			return
-		}
-		sub := e.Name()
-		if sub != "" && !strings.HasPrefix(sub, "[") {
-			sub = "." + sub
-		}
-		var ute *mapstructure.UnconvertibleTypeError
-		if errors.As(cause, &ute) {
-			s.Errorf(sub, "expected %s, found %s", kindName(ute.Expected.Type()), describe(ute.Value))
-			return
-		}
-		s.Errorf(sub, "%v", cause)
-	case interface{ Unwrap() []error }:
-		for _, e := range e.Unwrap() {
-			s.decodeErrors(e)
-		}
-	case interface{ Unwrap() error }:
-		if errors.As(err, &inner) {
-			s.decodeErrors(e.Unwrap())
-			return
-		}
-		s.Errorf("", "%v", err)
-	default:
-		s.Errorf("", "%v", err)
-	}
-}
-
-// kindName names what a value of type t is, for messages.
-func kindName(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "a whole number"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Slice, reflect.Array:
-		return "a list"
-	case reflect.Map, reflect.Struct:
-		return "a map"
-	}
-	return t.String()
-}
-
-func describe(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "a map"
-	case nil:
-		return "nothing"
-	}
-	return fmt.Sprintf("%T", v)
+// Merger is a Definition whose output records may each stand for several
+// input records (an aggregate emitting once per checkpoint, a window), so
+// that no single source position is theirs. audit.source_positions
+// refuses a graph with a step that merges, naming what MergesInputs says.
+type Merger interface {
+	// MergesInputs returns, when the step's outputs merge inputs, the
+	// sub-path of its spec that makes it so (such as ".emit"), what it
+	// does ("emit: checkpoint writes one record for many inputs") and
+	// what to change instead ("use emit: update"); sub is "" when they
+	// do not merge.
+	MergesInputs() (sub, what, instead string)
 }

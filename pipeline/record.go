@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pipeline-run/pipeline/internal/codec"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -67,7 +68,7 @@ type Header struct {
 type Value struct {
 	raw     []byte
 	obj     any
-	proj    *projection // JSON: the only fields anything reads; nil for all
+	proj    *codec.Projection // JSON: the only fields anything reads; nil for all
 	format  Format
 	decoded bool // obj holds the decoded raw
 	dirty   bool // obj was set by an operator; raw is stale
@@ -97,7 +98,7 @@ func (v *Value) Get() (any, error) {
 			v.obj = nil
 			break
 		}
-		x, err := decodeJSONFields(v.raw, v.proj)
+		x, err := codec.DecodeJSONFields(v.raw, v.proj)
 		if err != nil {
 			return nil, &DecodeError{Err: err}
 		}
@@ -112,6 +113,9 @@ func (v *Value) Set(x any) {
 	v.obj, v.decoded, v.dirty = x, true, true
 	v.raw = nil
 }
+
+// Format returns the format the value was read with.
+func (v *Value) Format() Format { return v.format }
 
 // Changed reports whether an operator replaced the value since it was read.
 func (v *Value) Changed() bool { return v.dirty }
@@ -131,10 +135,13 @@ func (v *Value) Encode(f Format) ([]byte, error) {
 	if !v.dirty {
 		return v.raw, nil
 	}
-	return encode(v.obj, f)
+	return Encode(v.obj, f)
 }
 
-func encode(x any, f Format) ([]byte, error) {
+// Encode returns the bytes of x written with format f: JSON for JSON
+// (a []byte is taken as already encoded), and for String and Bytes the
+// string or bytes themselves (String writes other values with %v).
+func Encode(x any, f Format) ([]byte, error) {
 	if x == nil {
 		return nil, nil
 	}
@@ -157,7 +164,7 @@ func encode(x any, f Format) ([]byte, error) {
 			// Already encoded (for example by a custom operator).
 			return b, nil
 		}
-		b, err := appendJSON(nil, x)
+		b, err := codec.AppendJSON(nil, x)
 		if err != nil {
 			return nil, fmt.Errorf("encoding JSON: %w", err)
 		}
@@ -179,19 +186,48 @@ type Record struct {
 	origin *kgo.Record
 }
 
-// NewRecord builds a record read from r with the given formats.
+// Decoding says how the records of a source are decoded: the formats of
+// their keys and values, and which top-level fields of JSON values are
+// built (the ones the graph reads; see Spec.ValueReads).
+type Decoding struct {
+	Key, Value Format
+	proj       *codec.Projection // nil: every field
+}
+
+// NewDecoding returns the decoding of keys with format key and values with
+// format value, building the top-level fields of JSON objects that reads
+// names (all of them when reads.Whole).
+func NewDecoding(key, value Format, reads ValueReads) *Decoding {
+	d := &Decoding{Key: key, Value: value}
+	if !reads.Whole {
+		d.proj = codec.NewProjection(reads.Fields)
+	}
+	return d
+}
+
+// Reads returns the value fields d builds.
+func (d *Decoding) Reads() ValueReads {
+	if d.proj == nil {
+		return ValueReads{Whole: true}
+	}
+	return ValueReads{Fields: d.proj.Names()}
+}
+
+// NewRecord builds a record read from r with the given formats, decoding
+// every field of its value when asked.
 func NewRecord(r *kgo.Record, keyFormat, valueFormat Format) *Record {
 	rec := new(Record)
-	rec.init(r, keyFormat, valueFormat)
+	rec.Read(r, &Decoding{Key: keyFormat, Value: valueFormat})
 	return rec
 }
 
-// init fills rec, which must be zero (fresh from a slab), from r. Setting
-// the fields one by one leaves the zero ones alone, where assigning a whole
-// Record would write all of it again: this runs once per input record.
-func (rec *Record) init(r *kgo.Record, keyFormat, valueFormat Format) {
-	rec.Key.raw, rec.Key.format = r.Key, keyFormat
-	rec.Value.raw, rec.Value.format = r.Value, valueFormat
+// Read fills rec, which must be zero (fresh from a slab), from r as d
+// says. Setting the fields one by one leaves the zero ones alone, where
+// assigning a whole Record would write all of it again: the engine calls
+// this once per input record.
+func (rec *Record) Read(r *kgo.Record, d *Decoding) {
+	rec.Key.raw, rec.Key.format = r.Key, d.Key
+	rec.Value.raw, rec.Value.format, rec.Value.proj = r.Value, d.Value, d.proj
 	rec.Timestamp = r.Timestamp
 	rec.Source = Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	rec.origin = r
@@ -236,3 +272,43 @@ func (r *Record) SetHeader(k string, v []byte) {
 
 // Origin returns the input record this one derives from, as it was read.
 func (r *Record) Origin() *kgo.Record { return r.origin }
+
+// KeyBytes returns the record's key as bytes: as read when unchanged, else
+// a string or bytes as they are and anything else as JSON; nil for none.
+func (r *Record) KeyBytes() ([]byte, error) {
+	if !r.Key.Changed() {
+		return r.Key.Raw(), nil
+	}
+	k, _ := r.Key.Get()
+	switch t := k.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		return []byte(t), nil
+	case []byte:
+		return t, nil
+	}
+	return codec.AppendJSON(nil, k)
+}
+
+// ToTime reads a timestamp from an expression result: Unix milliseconds, an
+// RFC 3339 string, or a time.Time.
+func ToTime(x any) (time.Time, error) {
+	switch t := x.(type) {
+	case time.Time:
+		return t, nil
+	case int:
+		return time.UnixMilli(int64(t)), nil
+	case int64:
+		return time.UnixMilli(t), nil
+	case float64:
+		return time.UnixMilli(int64(t)), nil
+	case string:
+		ts, err := time.Parse(time.RFC3339Nano, t)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return ts, nil
+	}
+	return time.Time{}, fmt.Errorf("got %T, want Unix milliseconds or an RFC 3339 string", x)
+}

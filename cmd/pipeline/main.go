@@ -6,9 +6,9 @@ import (
 	"os"
 
 	"github.com/pipeline-run/pipeline/cli"
-	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 func main() {
-	os.Exit(cli.Main(os.Args[1:], pipeline.NewRegistry()))
+	os.Exit(cli.Main(os.Args[1:], ops.NewRegistry()))
 }

@@ -21,10 +21,11 @@ import (
 
 	"github.com/pipeline-run/pipeline/cli"
 	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 func main() {
-	reg := pipeline.NewRegistry() // the built-in operators
+	reg := ops.NewRegistry() // the built-in operators
 	if err := reg.Register("mask", newMask); err != nil {
 		fmt.Fprintln(os.Stderr, "custom-operator:", err)
 		os.Exit(cli.ExitFailure)
@@ -107,7 +108,7 @@ func (m *mask) NewOperator(pipeline.TaskID) (pipeline.Operator, error) { return 
 
 // Process masks r's value and emits it. An error fails the input record r
 // derives from.
-func (m *mask) Process(ctx *pipeline.Context, r *pipeline.Record) error {
+func (m *mask) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	if err := m.apply(r); err != nil {
 		return err
 	}

@@ -9,17 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/pipeline-run/pipeline/broker"
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/pipeline"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
+	"github.com/pipeline-run/pipeline/runner"
 )
 
-// A pipeline.Context cannot be made outside the pipeline package (its
-// task is unexported, and Emit needs a running task), so the table test
-// calls apply, which is Process without the Emit, on records built with
-// pipeline.RawValue. TestMaskInARunningPipeline runs Process itself, Emit
-// included, in a pipeline on the embedded broker.
+// The table test calls apply, which is Process without the Emit, on
+// records built with pipeline.RawValue. TestMaskInARunningPipeline runs
+// Process itself, Emit included, in a pipeline on the embedded broker.
 
 func newTestMask(t *testing.T, fields ...string) *mask {
 	t.Helper()
@@ -138,15 +139,11 @@ func TestMaskLeavesSharedValuesAlone(t *testing.T) {
 
 func buildWithMask(t *testing.T, yaml string) error {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml), "test.yaml", func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	reg := pipeline.NewRegistry()
+	reg := ops.NewRegistry()
 	if err := reg.Register("mask", newMask); err != nil {
 		t.Fatal(err)
 	}
-	_, err = pipeline.Build(cfg, reg)
+	_, err := runner.Parse([]byte(yaml), "test.yaml", func(string) (string, bool) { return "", false }, reg)
 	return err
 }
 
@@ -159,7 +156,7 @@ func TestMaskSpecErrorsNameTheYAMLPath(t *testing.T) {
 	}{
 		{"fields and a mask string are accepted", `  - mask: {fields: [email, card.number], with: "[hidden]"}`, ""},
 		{"with may be empty", `  - mask: {fields: [email], with: ""}`, ""},
-		{"fields are required", `  - mask: {}`, `steps[0].mask.fields: required: the fields to mask`},
+		{"fields are required", `  - mask: {}`, `steps[0].mask.fields (line 6): required: the fields to mask`},
 		{"an unknown key is named", `  - mask: {fields: [email], whith: x}`, `steps[0].mask.whith (line 6): unknown key`},
 		{"a list instead of a map is refused", `  - mask: [email]`, `steps[0].mask (line 6): expected a map, got a list`},
 		{"an empty path segment is refused", `  - mask: {fields: [email, card..number]}`, `steps[0].mask.fields[1] (line 6): "card..number" is not a field path`},
@@ -175,9 +172,9 @@ func TestMaskSpecErrorsNameTheYAMLPath(t *testing.T) {
 				}
 				return
 			}
-			var be pipeline.BuildErrors
-			if !errors.As(err, &be) {
-				t.Fatalf("build: got %v, want BuildErrors", err)
+			var ce config.Errors
+			if !errors.As(err, &ce) {
+				t.Fatalf("build: got %v, want config.Errors", err)
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("build: got\n%v\nwant it to contain\n%s", err, tt.want)
@@ -228,12 +225,12 @@ dead_letter: {topic: people-dlq}
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := pipeline.NewRegistry()
+	reg := ops.NewRegistry()
 	if err := reg.Register("mask", newMask); err != nil {
 		t.Fatal(err)
 	}
-	p, err := pipeline.New(cfg, reg, pipeline.WithSeedBrokers(b.Addrs()...),
-		pipeline.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	p, err := runner.New(cfg, reg, runner.WithSeedBrokers(b.Addrs()...),
+		runner.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}

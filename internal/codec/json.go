@@ -1,0 +1,736 @@
+package codec
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// maxJSONDepth bounds nesting, so hostile input cannot exhaust the stack.
+const maxJSONDepth = 1000
+
+// DecodeJSON decodes one JSON document into plain Go values: map[string]any,
+// []any, string, bool, nil, and numbers as int when whole and within int64
+// (so that `value.n % 2` works as users expect), float64 otherwise. It
+// agrees with encoding/json on what is valid; it exists because decoding is
+// the hot path of every pipeline that reads fields, and encoding/json's
+// Decoder allocates a buffer per call.
+func DecodeJSON(b []byte) (any, error) { return DecodeJSONFields(b, nil) }
+
+type jsonDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *jsonDecoder) errorf(format string, args ...any) error {
+	return fmt.Errorf("invalid JSON at byte %d: %s", d.i, fmt.Sprintf(format, args...))
+}
+
+func (d *jsonDecoder) space() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *jsonDecoder) value(depth int) (any, error) {
+	if d.i >= len(d.b) {
+		return nil, d.errorf("unexpected end of input")
+	}
+	if depth > maxJSONDepth {
+		return nil, d.errorf("nested deeper than %d", maxJSONDepth)
+	}
+	switch c := d.b[d.i]; {
+	case c == '{':
+		return d.object(depth, nil)
+	case c == '[':
+		return d.array(depth)
+	case c == '"':
+		return d.str()
+	case c == 't':
+		return true, d.literal("true")
+	case c == 'f':
+		return false, d.literal("false")
+	case c == 'n':
+		return nil, d.literal("null")
+	case c == '-' || c >= '0' && c <= '9':
+		return d.number()
+	default:
+		return nil, d.errorf("unexpected character %q", c)
+	}
+}
+
+func (d *jsonDecoder) literal(s string) error {
+	if len(d.b)-d.i < len(s) || string(d.b[d.i:d.i+len(s)]) != s {
+		return d.errorf("invalid literal")
+	}
+	d.i += len(s)
+	return nil
+}
+
+// object reads an object. With a projection p it keeps only the fields p
+// names, and checks the others without building them.
+func (d *jsonDecoder) object(depth int, p *Projection) (any, error) {
+	d.i++ // {
+	var m map[string]any
+	if p != nil {
+		m = make(map[string]any, len(p.names))
+	} else {
+		m = make(map[string]any)
+	}
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return m, nil
+	}
+	for {
+		d.space()
+		if d.i >= len(d.b) || d.b[d.i] != '"' {
+			return nil, d.errorf("expected a string key")
+		}
+		var k string
+		want := true
+		var err error
+		if p == nil {
+			k, err = d.key()
+		} else {
+			k, want, err = d.projectedKey(p)
+		}
+		if err != nil {
+			return nil, err
+		}
+		d.space()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			return nil, d.errorf("expected ':' after an object key")
+		}
+		d.i++
+		d.space()
+		if want {
+			v, err := d.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			m[k] = v
+		} else if err := d.skip(depth + 1); err != nil {
+			return nil, err
+		}
+		d.space()
+		if d.i >= len(d.b) {
+			return nil, d.errorf("unexpected end of input in an object")
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return m, nil
+		default:
+			return nil, d.errorf("expected ',' or '}' in an object")
+		}
+	}
+}
+
+func (d *jsonDecoder) array(depth int) (any, error) {
+	d.i++ // [
+	a := make([]any, 0, 4)
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == ']' {
+		d.i++
+		return a, nil
+	}
+	for {
+		d.space()
+		v, err := d.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		a = append(a, v)
+		d.space()
+		if d.i >= len(d.b) {
+			return nil, d.errorf("unexpected end of input in an array")
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return a, nil
+		default:
+			return nil, d.errorf("expected ',' or ']' in an array")
+		}
+	}
+}
+
+// keys interns object keys: records of a topic repeat the same few, and
+// allocating each again was a tenth of decoding's allocations. Entries
+// are replaced freely on collisions; a lookup only ever returns an equal
+// string.
+var keys [512]atomic.Pointer[string]
+
+// key reads an object key.
+func (d *jsonDecoder) key() (string, error) {
+	start := d.i + 1
+	for i := start; i < len(d.b) && i-start <= maxInterned; i++ {
+		c := d.b[i]
+		if c == '"' {
+			d.i = i + 1
+			return internKey(d.b[start:i]), nil
+		}
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			break
+		}
+	}
+	return d.str()
+}
+
+// maxInterned is the longest key interned.
+const maxInterned = 32
+
+// internKey returns b as a string, from keys when it is there. b must be
+// valid UTF-8.
+func internKey(b []byte) string {
+	if len(b) > maxInterned {
+		return string(b)
+	}
+	h := uint32(2166136261)
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &keys[h%uint32(len(keys))]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	k := string(b)
+	slot.Store(&k)
+	return k
+}
+
+func (d *jsonDecoder) str() (string, error) {
+	d.i++ // "
+	start := d.i
+	// Fast path: no escapes, valid UTF-8. Long strings (a payload, a
+	// padding) are scanned a word at a time up to the next quote.
+	d.i += plainPrefix(d.b[d.i:])
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		if c == '"' {
+			s := d.b[start:d.i]
+			d.i++
+			if utf8.Valid(s) {
+				return string(s), nil
+			}
+			return string([]rune(string(s))), nil // invalid bytes become U+FFFD, as encoding/json does
+		}
+		if c == '\\' || c < 0x20 {
+			break
+		}
+		d.i++
+	}
+	buf := append(make([]byte, 0, d.i-start+16), d.b[start:d.i]...)
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			if !utf8.Valid(buf) {
+				return string([]rune(string(buf))), nil
+			}
+			return string(buf), nil
+		case c < 0x20:
+			return "", d.errorf("control character in a string")
+		case c != '\\':
+			buf = append(buf, c)
+			d.i++
+			continue
+		}
+		d.i++ // backslash
+		if d.i >= len(d.b) {
+			break
+		}
+		e := d.b[d.i]
+		d.i++
+		switch e {
+		case '"', '\\', '/':
+			buf = append(buf, e)
+		case 'b':
+			buf = append(buf, '\b')
+		case 'f':
+			buf = append(buf, '\f')
+		case 'n':
+			buf = append(buf, '\n')
+		case 'r':
+			buf = append(buf, '\r')
+		case 't':
+			buf = append(buf, '\t')
+		case 'u':
+			r, ok := d.hex4()
+			if !ok {
+				return "", d.errorf("invalid \\u escape")
+			}
+			if utf16.IsSurrogate(r) {
+				// A high surrogate must pair with a following \u low one;
+				// a lone one becomes U+FFFD, as in encoding/json.
+				save := d.i
+				if d.i+1 < len(d.b) && d.b[d.i] == '\\' && d.b[d.i+1] == 'u' {
+					d.i += 2
+					if r2, ok := d.hex4(); ok {
+						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+							buf = utf8.AppendRune(buf, dec)
+							continue
+						}
+					}
+				}
+				d.i = save
+				r = utf8.RuneError
+			}
+			buf = utf8.AppendRune(buf, r)
+		default:
+			return "", d.errorf("invalid escape \\%c", e)
+		}
+	}
+	return "", d.errorf("unterminated string")
+}
+
+func (d *jsonDecoder) hex4() (rune, bool) {
+	if len(d.b)-d.i < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range d.b[d.i : d.i+4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		default:
+			return 0, false
+		}
+	}
+	d.i += 4
+	return r, true
+}
+
+func (d *jsonDecoder) number() (any, error) {
+	start := d.i
+	if d.b[d.i] == '-' {
+		d.i++
+	}
+	digits := func() int {
+		n := 0
+		for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+			d.i++
+			n++
+		}
+		return n
+	}
+	if d.i >= len(d.b) {
+		return nil, d.errorf("invalid number")
+	}
+	if d.b[d.i] == '0' {
+		d.i++
+	} else if digits() == 0 {
+		return nil, d.errorf("invalid number")
+	}
+	whole := true
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		whole = false
+		if digits() == 0 {
+			return nil, d.errorf("invalid number")
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		whole = false
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if digits() == 0 {
+			return nil, d.errorf("invalid number")
+		}
+	}
+	s := string(d.b[start:d.i])
+	if whole {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return int(n), nil
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		// Out of float64's range: encoding/json refuses it too.
+		return nil, d.errorf("number %s out of range", s)
+	}
+	return f, nil
+}
+
+// AppendJSON appends the JSON encoding of x to buf. It handles the plain
+// values DecodeJSON and expressions produce (maps with string keys, lists,
+// strings, numbers, bools, nil) itself, byte for byte as encoding/json would
+// (sorted keys, the same escaping and number formats), and hands anything
+// else to encoding/json.
+func AppendJSON(buf []byte, x any) ([]byte, error) {
+	switch t := x.(type) {
+	case nil:
+		return append(buf, "null"...), nil
+	case bool:
+		return strconv.AppendBool(buf, t), nil
+	case string:
+		return appendJSONString(buf, t), nil
+	case int:
+		return strconv.AppendInt(buf, int64(t), 10), nil
+	case int64:
+		return strconv.AppendInt(buf, t, 10), nil
+	case float64:
+		return appendJSONFloat(buf, t)
+	case []any:
+		buf = append(buf, '[')
+		for i, v := range t {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			var err error
+			if buf, err = AppendJSON(buf, v); err != nil {
+				return nil, err
+			}
+		}
+		return append(buf, ']'), nil
+	case map[string]any:
+		var small [16]string // most objects: no allocation for the sort
+		keys := small[:0]
+		for k := range t {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		buf = append(buf, '{')
+		for i, k := range keys {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendJSONString(buf, k)
+			buf = append(buf, ':')
+			var err error
+			if buf, err = AppendJSON(buf, t[k]); err != nil {
+				return nil, err
+			}
+		}
+		return append(buf, '}'), nil
+	}
+	b, err := json.Marshal(x)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, b...), nil
+}
+
+func appendJSONFloat(buf []byte, f float64) ([]byte, error) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return nil, fmt.Errorf("unsupported value: %v", f)
+	}
+	// As encoding/json: 'f' format, or 'e' for very small and large
+	// magnitudes, with the exponent's leading zero cut ("1e-07" -> "1e-7").
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	buf = strconv.AppendFloat(buf, f, format, -1, 64)
+	if format == 'e' {
+		n := len(buf)
+		if n >= 4 && buf[n-4] == 'e' && buf[n-3] == '-' && buf[n-2] == '0' {
+			buf[n-2] = buf[n-1]
+			buf = buf[:n-1]
+		}
+	}
+	return buf, nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s as encoding/json does, HTML-safe escapes
+// included.
+func appendJSONString(buf []byte, s string) []byte {
+	buf = append(buf, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			buf = append(buf, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				buf = append(buf, '\\', c)
+			case '\n':
+				buf = append(buf, '\\', 'n')
+			case '\r':
+				buf = append(buf, '\\', 'r')
+			case '\t':
+				buf = append(buf, '\\', 't')
+			case '\b':
+				buf = append(buf, '\\', 'b')
+			case '\f':
+				buf = append(buf, '\\', 'f')
+			default:
+				buf = append(buf, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	buf = append(buf, s[start:]...)
+	return append(buf, '"')
+}
+
+// plainPrefix returns how many bytes at the start of b need no attention
+// inside a JSON string: none is a quote, a backslash or a control byte.
+// It reads eight bytes at a time and stops at the first word holding one
+// of them (the byte loop after it finds which).
+func plainPrefix(b []byte) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	n := 0
+	for len(b)-n >= 8 {
+		w := binary.LittleEndian.Uint64(b[n:])
+		// A byte's high bit is set in each term where that byte is below
+		// 0x20, equal to '"' or equal to '\\' (and bytes of 0x80 and
+		// above are masked out by ^w).
+		ctl := w - 0x20*ones
+		quote := (w ^ '"'*ones) - ones
+		slash := (w ^ '\\'*ones) - ones
+		if (ctl|quote|slash)&^w&highs != 0 {
+			break
+		}
+		n += 8
+	}
+	return n
+}
+
+// Projection names the top-level fields of a JSON object that anything in
+// the graph can read. Decoding builds only those: the others are checked,
+// so a record is valid or not whatever the projection, but their strings,
+// maps and lists are never made. A record of 1 KB whose steps read two
+// small fields spent most of its decoding time on the one it never read.
+type Projection struct {
+	names []string
+	set   map[string]struct{} // names, when there are many
+}
+
+func NewProjection(names []string) *Projection {
+	p := &Projection{names: names}
+	if len(names) > 8 {
+		p.set = make(map[string]struct{}, len(names))
+		for _, n := range names {
+			p.set[n] = struct{}{}
+		}
+	}
+	return p
+}
+
+// has reports whether the field named b is read. It does not allocate.
+// Names returns the fields p keeps.
+func (p *Projection) Names() []string { return p.names }
+
+func (p *Projection) has(b []byte) bool {
+	if p.set != nil {
+		_, ok := p.set[string(b)]
+		return ok
+	}
+	for _, n := range p.names {
+		if string(b) == n {
+			return true
+		}
+	}
+	return false
+}
+
+// DecodeJSONFields is DecodeJSON building only the fields of a top-level
+// object that p names; other documents, or a nil p, decode whole. It
+// refuses exactly what DecodeJSON refuses.
+func DecodeJSONFields(b []byte, p *Projection) (any, error) {
+	d := jsonDecoder{b: b}
+	d.space()
+	var v any
+	var err error
+	if p != nil && d.i < len(d.b) && d.b[d.i] == '{' {
+		v, err = d.object(0, p)
+	} else {
+		v, err = d.value(0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.space()
+	if d.i != len(d.b) {
+		return nil, d.errorf("unexpected data after the JSON value")
+	}
+	return v, nil
+}
+
+// projectedKey reads an object key and reports whether p names it. A key
+// of plain ASCII is looked up as it stands, and made a string only when
+// wanted; any other is decoded first, as key does.
+func (d *jsonDecoder) projectedKey(p *Projection) (string, bool, error) {
+	start := d.i + 1
+	for i := start; i < len(d.b); i++ {
+		c := d.b[i]
+		if c == '"' {
+			raw := d.b[start:i]
+			if !p.has(raw) {
+				d.i = i + 1
+				return "", false, nil
+			}
+			d.i = i + 1
+			return internKey(raw), true, nil
+		}
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			break
+		}
+	}
+	k, err := d.key()
+	if err != nil {
+		return "", false, err
+	}
+	return k, p.has([]byte(k)), nil
+}
+
+// skip checks the value at d.i as value(depth) would, building nothing.
+func (d *jsonDecoder) skip(depth int) error {
+	if d.i >= len(d.b) {
+		return d.errorf("unexpected end of input")
+	}
+	if depth > maxJSONDepth {
+		return d.errorf("nested deeper than %d", maxJSONDepth)
+	}
+	switch c := d.b[d.i]; {
+	case c == '{':
+		return d.skipComposite(depth, '}', "an object")
+	case c == '[':
+		return d.skipComposite(depth, ']', "an array")
+	case c == '"':
+		return d.skipStr()
+	case c == 't':
+		return d.literal("true")
+	case c == 'f':
+		return d.literal("false")
+	case c == 'n':
+		return d.literal("null")
+	case c == '-' || c >= '0' && c <= '9':
+		_, err := d.number()
+		return err
+	default:
+		return d.errorf("unexpected character %q", c)
+	}
+}
+
+// skipComposite skips an object (end '}') or an array (end ']').
+func (d *jsonDecoder) skipComposite(depth int, end byte, what string) error {
+	d.i++ // { or [
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == end {
+		d.i++
+		return nil
+	}
+	for {
+		d.space()
+		if end == '}' {
+			if d.i >= len(d.b) || d.b[d.i] != '"' {
+				return d.errorf("expected a string key")
+			}
+			if err := d.skipStr(); err != nil {
+				return err
+			}
+			d.space()
+			if d.i >= len(d.b) || d.b[d.i] != ':' {
+				return d.errorf("expected ':' after an object key")
+			}
+			d.i++
+			d.space()
+		}
+		if err := d.skip(depth + 1); err != nil {
+			return err
+		}
+		d.space()
+		if d.i >= len(d.b) {
+			return d.errorf("unexpected end of input in %s", what)
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case end:
+			d.i++
+			return nil
+		default:
+			return d.errorf("expected ',' or '%c' in %s", end, what)
+		}
+	}
+}
+
+// skipStr checks a string as str would, building nothing.
+func (d *jsonDecoder) skipStr() error {
+	d.i++ // "
+	for {
+		d.i += plainPrefix(d.b[d.i:])
+		if d.i >= len(d.b) {
+			return d.errorf("unterminated string")
+		}
+		switch c := d.b[d.i]; {
+		case c == '"':
+			d.i++
+			return nil
+		case c < 0x20:
+			return d.errorf("control character in a string")
+		case c != '\\':
+			d.i++
+			continue
+		}
+		d.i++ // backslash
+		if d.i >= len(d.b) {
+			return d.errorf("unterminated string")
+		}
+		e := d.b[d.i]
+		d.i++
+		switch e {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		case 'u':
+			// A surrogate's pair is a second escape, checked on its own.
+			if _, ok := d.hex4(); !ok {
+				return d.errorf("invalid \\u escape")
+			}
+		default:
+			return d.errorf("invalid escape \\%c", e)
+		}
+	}
+}

@@ -1,0 +1,323 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// referenceJSON is what DecodeJSON must agree with: encoding/json, with
+// whole numbers as int.
+func referenceJSON(b []byte) (any, error) {
+	if !json.Valid(b) {
+		return nil, errors.New("invalid")
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var x any
+	if err := d.Decode(&x); err != nil {
+		return nil, err
+	}
+	return refNumbers(x), nil
+}
+
+func refNumbers(x any) any {
+	switch t := x.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil && !strings.ContainsAny(string(t), ".eE") {
+			return int(i)
+		}
+		f, _ := t.Float64()
+		return f
+	case map[string]any:
+		for k, v := range t {
+			t[k] = refNumbers(v)
+		}
+	case []any:
+		for i, v := range t {
+			t[i] = refNumbers(v)
+		}
+	}
+	return x
+}
+
+var jsonCases = []string{
+	`{"a":1,"b":[1,2.5,-3,1e3,-0,0.0],"c":{"d":null,"e":true,"f":false},"g":"x\"y\\z\/\b\f\n\r\t\u00e9\ud83d\ude00"}`,
+	`  [ ]  `, `{}`, `"plain"`, `12345678901234567890`, `-9223372036854775808`, `9223372036854775807`,
+	`"\ud83d"`, `"\ud83dx"`, `"\udc00\ud83d\ude00"`, "\"\xff\xfeok\"", `1.5e-7`, `0`, `-1`,
+	// invalid
+	`{"a":1,}`, `[1,]`, `{"a"}`, `{"a":}`, `01`, `1.`, `.5`, `-`, `+1`, `1e`, `"abc`, `"\x"`, `"\u12"`, "\"a\x01\"",
+	`tru`, `nul`, `[1 2]`, `{"a":1 "b":2}`, `1 2`, ``, `   `, `{1:2}`, `[`, `{`, `"\`,
+	// long strings, scanned a word at a time: a special byte in each
+	// position of a word, and bytes at and above 0x80
+	`"0123456789abcdef\"0123456789"`, `"01234567\n89abcdef"`, `"0123456\\789abcdef0123"`,
+	"\"012345678\x1f9abcdef\"", "\"0123456789abcde\x7f\x80\xff\xc3\xa9xyz0123456789\"",
+	`"0123456789abcdef0123456789abcdef`, `{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","seq":1}`,
+	"\"\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\\u00e9\xe2\x82\xac\"",
+	// fields skipped when only some are decoded: valid and invalid values
+	// of every kind, keys with escapes and bytes above 0x7f, repeated keys
+	`{"seq":1,"pad":{"x":[1,{"y":"z"}],"e":{}},"a":[]}`, `{"s\u0065q":1,"pad":"x"}`, "{\"\xc3\xa9\":1,\"seq\":2}",
+	`{"a":1,"a":2,"seq":3,"seq":{"b":4}}`, `{"pad":"\u00e9\ud83d\ude00\ud83d\u0041\\\/\b","seq":-1.5e3}`,
+	`{"pad":"\x","seq":1}`, `{"pad":"\u12G4","seq":1}`, `{"pad":"\ud83d\u12G4","seq":1}`, "{\"pad\":\"a\x01\",\"seq\":1}",
+	`{"pad":[1,],"seq":1}`, `{"pad":{"x" 1},"seq":1}`, `{"pad":{"x":1,},"seq":1}`, `{"pad":{1:2},"seq":1}`, `{"pad":01,"seq":1}`,
+	`{"pad":1e400,"seq":1}`, `{"pad":tru,"seq":1}`, `{"pad":[1 2],"seq":1}`, `{"pad":"abc`, `{"pad":[`, `{"pad":{`, `{"pad":`,
+	`{"seq":1,"pad":"x"} x`, `{"seq":1 "pad":2}`, `{"seq":1,}`, `{"pad":nul}`, `{"pad":-}`, `{"pad":"\`,
+}
+
+// TestPlainPrefixStopsAtTheWordOfTheFirstSpecialByte: the word-at-a-time
+// scan skips exactly the whole words before the first quote, backslash or
+// control byte, never one holding such a byte.
+func TestPlainPrefixStopsAtTheWordOfTheFirstSpecialByte(t *testing.T) {
+	alphabet := []byte{'a', 'Z', '0', ' ', '!', '#', '[', ']', '"', '\\', 0, 0x1f, 0x20, 0x21, 0x5b, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			if rng.IntN(8) == 0 {
+				b[i] = alphabet[8+rng.IntN(4)] // a special byte now and then
+			} else {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+		}
+		k := len(b)
+		for i, c := range b {
+			if c == '"' || c == '\\' || c < 0x20 {
+				k = i
+				break
+			}
+		}
+		if got, want := plainPrefix(b), k/8*8; got != want {
+			t.Fatalf("plainPrefix(%q) = %d, want %d", b, got, want)
+		}
+	}
+}
+
+func TestDecodeJSONAgreesWithEncodingJSON(t *testing.T) {
+	for _, c := range jsonCases {
+		checkJSON(t, []byte(c))
+	}
+}
+
+func FuzzDecodeJSON(f *testing.F) {
+	for _, c := range jsonCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkJSON(t, b) })
+}
+
+func checkJSON(t *testing.T, b []byte) {
+	t.Helper()
+	got, gerr := DecodeJSON(b)
+	want, werr := referenceJSON(b)
+	if (gerr == nil) != (werr == nil) {
+		if werr == nil && gerr != nil && strings.Contains(gerr.Error(), "out of range") {
+			return // encoding/json makes such numbers ±Inf; we refuse them
+		}
+		t.Fatalf("%q: error %v, encoding/json says %v", b, gerr, werr)
+	}
+	if gerr == nil && !reflect.DeepEqual(got, want) && !nanEqual(got, want) {
+		t.Fatalf("%q:\n got %#v\nwant %#v", b, got, want)
+	}
+	// Decoding a few fields refuses and keeps exactly what decoding all
+	// of them does.
+	checkProjected(t, b, nil)
+	checkProjected(t, b, []string{"a", "seq"})
+	if m, ok := got.(map[string]any); ok {
+		for k := range m {
+			checkProjected(t, b, []string{k})
+			break
+		}
+	}
+}
+
+// checkProjected checks DecodeJSONFields(b) with the named fields against
+// DecodeJSON(b): the same error or none, and the same top-level object
+// with only those fields.
+func checkProjected(t *testing.T, b []byte, names []string) {
+	t.Helper()
+	full, ferr := DecodeJSON(b)
+	got, gerr := DecodeJSONFields(b, NewProjection(names))
+	if (gerr == nil) != (ferr == nil) {
+		t.Fatalf("%q with fields %q: error %v, decoding all says %v", b, names, gerr, ferr)
+	}
+	if ferr != nil {
+		return
+	}
+	want := full
+	if m, ok := full.(map[string]any); ok && bytes.TrimLeft(b, " \t\r\n")[0] == '{' {
+		kept := map[string]any{}
+		for _, n := range names {
+			if v, ok := m[n]; ok {
+				kept[n] = v
+			}
+		}
+		want = kept
+	}
+	if !reflect.DeepEqual(got, want) && !nanEqual(got, want) {
+		t.Fatalf("%q with fields %q:\n got %#v\nwant %#v", b, names, got, want)
+	}
+}
+
+func nanEqual(a, b any) bool {
+	fa, ok1 := a.(float64)
+	fb, ok2 := b.(float64)
+	return ok1 && ok2 && math.IsNaN(fa) && math.IsNaN(fb)
+}
+
+func TestDecodeJSONRefusesDeepNesting(t *testing.T) {
+	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
+	if _, err := DecodeJSON([]byte(deep)); err == nil || !strings.Contains(err.Error(), "nested deeper") {
+		t.Fatalf("got %v", err)
+	}
+	// A field nobody reads is skipped with the same bound.
+	for _, open := range []string{"[", `{"x":`} {
+		close := map[string]string{"[": "]", `{"x":`: "}"}[open]
+		doc := `{"seq":1,"pad":` + strings.Repeat(open, 100000) + "1" + strings.Repeat(close, 100000) + "}"
+		if _, err := DecodeJSONFields([]byte(doc), NewProjection([]string{"seq"})); err == nil || !strings.Contains(err.Error(), "nested deeper") {
+			t.Fatalf("%s…: got %v", doc[:30], err)
+		}
+	}
+	// Just within the bound, both decode it.
+	ok := `{"seq":1,"pad":` + strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth) + "}"
+	if _, err := DecodeJSON([]byte(ok)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeJSONFields([]byte(ok), NewProjection([]string{"seq"})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDecodeJSONFieldsWithManyNames: past eight names the lookup is a map;
+// it must find the same fields.
+func TestDecodeJSONFieldsWithManyNames(t *testing.T) {
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "seq"}
+	p := NewProjection(names)
+	if p.set == nil {
+		t.Fatal("ten names are looked up in a list; the map path is not tested")
+	}
+	for _, c := range jsonCases {
+		checkProjected(t, []byte(c), names)
+	}
+}
+
+// TestDecodeJSONFieldsBuildsNothingItSkips: decoding the bench's 1 KB
+// record for its two numbers makes the map and the two numbers, not the
+// padding string, so it allocates less than decoding all of it.
+func TestDecodeJSONFieldsBuildsNothingItSkips(t *testing.T) {
+	padded := []byte(`{"seq":12345,"ts":1795955790878123,"pad":"` + strings.Repeat("x", 980) + `"}`)
+	p := NewProjection([]string{"seq", "ts"})
+	all := testing.AllocsPerRun(100, func() { _, _ = DecodeJSON(padded) })
+	some := testing.AllocsPerRun(100, func() { _, _ = DecodeJSONFields(padded, p) })
+	if some >= all {
+		t.Fatalf("decoding seq and ts made %v allocations, decoding all %v", some, all)
+	}
+	v, err := DecodeJSONFields(padded, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]any{"seq": 12345, "ts": 1795955790878123}; !reflect.DeepEqual(v, want) {
+		t.Fatalf("got %#v", v)
+	}
+}
+
+func BenchmarkDecodeJSON(b *testing.B) {
+	doc := []byte(`{"sensor":"sensor-07","temperature":23.51,"ts":1795955790878,"seq":12345,"tags":["a","b"],"loc":{"lat":52.1,"lon":4.3}}`)
+	b.Run("ours", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeJSON(doc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The bench tool's 1 KB records: two numbers and a padding string.
+	padded := []byte(`{"seq":12345,"ts":1795955790878123,"pad":"` + strings.Repeat("x", 980) + `"}`)
+	b.Run("ours-1KB-padded", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(padded)))
+		for b.Loop() {
+			if _, err := DecodeJSON(padded); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The keyed-count arm reads seq and ts of it.
+	seqTS := NewProjection([]string{"seq", "ts"})
+	b.Run("ours-1KB-padded-2-fields", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(padded)))
+		for b.Loop() {
+			if _, err := DecodeJSONFields(padded, seqTS); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := referenceJSON(doc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestAppendJSONAgreesWithEncodingJSON(t *testing.T) {
+	for _, c := range jsonCases {
+		checkEncode(t, []byte(c))
+	}
+	for _, x := range []any{1e21, 1e-7, 123456789.0, -0.0, 0.1, "<a&b>\u2028\u2029\x7f", map[string]any{"b": 1, "a": []any{nil, true}}, int64(5)} {
+		want, _ := json.Marshal(x)
+		got, err := AppendJSON(nil, x)
+		if err != nil || string(got) != string(want) {
+			t.Errorf("%#v: got %s (%v), want %s", x, got, err, want)
+		}
+	}
+}
+
+func FuzzAppendJSON(f *testing.F) {
+	for _, c := range jsonCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkEncode(t, b) })
+}
+
+// checkEncode decodes b and encodes it back both ways: the bytes must match.
+func checkEncode(t *testing.T, b []byte) {
+	t.Helper()
+	x, err := DecodeJSON(b)
+	if err != nil {
+		return
+	}
+	want, werr := json.Marshal(x)
+	got, gerr := AppendJSON(nil, x)
+	if (werr == nil) != (gerr == nil) || string(got) != string(want) {
+		t.Fatalf("%q: got %s (%v), encoding/json %s (%v)", b, got, gerr, want, werr)
+	}
+}
+
+func BenchmarkEncodeJSON(b *testing.B) {
+	x, _ := DecodeJSON([]byte(`{"sensor":"sensor-07","temperature":23.51,"ts":1795955790878,"seq":12345,"tags":["a","b"],"loc":{"lat":52.1,"lon":4.3}}`))
+	b.Run("ours", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := AppendJSON(nil, x); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(x); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

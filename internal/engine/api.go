@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/state"
+	"github.com/pipeline-run/pipeline/wire"
+)
+
+// Pipeline runs one configured graph.
+type Pipeline struct {
+	cfg   *config.Config
+	g     *Graph
+	log   *slog.Logger
+	seeds []string
+	extra []kgo.Opt
+	obs   func(Checkpoint)
+	hook  func(Checkpoint) error
+	fault func(FaultPoint, Checkpoint)
+	clock state.Clock // state TTLs; nil: the system clock (WithClock)
+
+	stats counters
+}
+
+// Option configures a Pipeline.
+type Option func(*Pipeline)
+
+// WithLogger sets the logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(p *Pipeline) { p.log = l } }
+
+// WithSeedBrokers overrides the configured brokers, for the embedded broker.
+func WithSeedBrokers(addrs ...string) Option { return func(p *Pipeline) { p.seeds = addrs } }
+
+// WithClientOpts adds options to the transactional client, after the ones
+// the configuration implies (tests use it for hooks).
+func WithClientOpts(opts ...kgo.Opt) Option {
+	return func(p *Pipeline) { p.extra = append(p.extra, opts...) }
+}
+
+// WithCheckpointObserver calls fn after every checkpoint, committed or not,
+// on the coordinator goroutine; fn must return quickly.
+func WithCheckpointObserver(fn func(Checkpoint)) Option { return func(p *Pipeline) { p.obs = fn } }
+
+// WithBeforeCommit calls fn after a checkpoint's barrier and before its
+// commit; an error from fn aborts the checkpoint as a failed produce would,
+// and the records are replayed. It exists to inject faults (tests, chaos
+// drills) on any broker; fn runs on the coordinator goroutine.
+func WithBeforeCommit(fn func(Checkpoint) error) Option { return func(p *Pipeline) { p.hook = fn } }
+
+// FaultPoint names a moment of the checkpoint protocol where a fault drill
+// can strike (WithFaultPoint).
+type FaultPoint string
+
+const (
+	// BeforeCommit: outputs, changelog and progress records are written and
+	// acknowledged; the transaction is not committed.
+	BeforeCommit FaultPoint = "before-commit"
+	// AfterCommit: the broker confirmed the commit; the state stores have
+	// not recorded it yet.
+	AfterCommit FaultPoint = "after-commit"
+)
+
+// WithFaultPoint calls fn at each FaultPoint of every checkpoint that read
+// records. It exists for fault drills: `pipeline run` uses it to crash
+// itself at a chosen point (PIPELINE_CRASH_AT), which shows that a crash
+// between the Kafka commit and the local state write loses nothing.
+func WithFaultPoint(fn func(FaultPoint, Checkpoint)) Option {
+	return func(p *Pipeline) { p.fault = fn }
+}
+
+// New builds the graph of cfg with the operators of reg (nil: the built-in
+// ones). It does not touch the network.
+func New(cfg *config.Config, reg *pipeline.Registry, opts ...Option) (*Pipeline, error) {
+	g, err := Check(cfg, nil, reg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{cfg: cfg, g: g, log: slog.Default()}
+	for _, o := range opts {
+		o(p)
+	}
+	return p, nil
+}
+
+// Graph returns the pipeline's graph.
+func (p *Pipeline) Graph() *Graph { return p.g }
+
+// Checkpoint describes one finished checkpoint.
+type Checkpoint struct {
+	ID        wire.CheckpointID
+	Committed bool
+	Err       error         // why it did not commit
+	Records   int           // records it covered, those read back from repartition topics included
+	Internal  int           // of Records, those read back from repartition topics
+	Produced  int64         // outputs written: sink records and dead letters (not repartition, changelog or progress records)
+	Bytes     int64         // bytes written, changelog and progress records included
+	Duration  time.Duration // from the first poll to the broker's answer
+	Commit    time.Duration // barrier, flush and commit
+	Barrier   time.Duration // of Commit, waiting for the tasks to finish what they were handed
+	Ranges    []offsets.Range
+
+	// rebuild says the client's state is unknown: it must be rebuilt
+	// before the next checkpoint.
+	rebuild bool
+}
+
+// Stats are the running totals of a pipeline.
+type Stats struct {
+	RecordsIn  int64 // source records covered by committed checkpoints (not those of repartition topics)
+	RecordsOut int64 // records written by committed checkpoints to sinks and the dead-letter topic
+	// Repartitioned is how many records committed checkpoints read back
+	// from the repartition topics of key_by steps.
+	Repartitioned int64
+	DeadLetters   int64 // input records sent to the dead-letter topic, committed or not
+	Committed     int64 // checkpoints committed
+	Aborted       int64 // checkpoints aborted
+	Rebuilds      int64 // times the transactional client was rebuilt
+	Restored      int64 // changelog records replayed into state stores
+	StateKeys     int64 // keys in the state stores of this instance (-1: the backend does not count them)
+	StateBytes    int64 // memory the state stores hold (the memory backend's data and every uncommitted change)
+	StateDisk     int64 // bytes of state on disk (pebble)
+	// Restoring is how many tasks are restoring their state apart from
+	// the checkpoints; their records wait until they are done.
+	Restoring int64
+}
+
+type counters struct {
+	in, out, dead, committed, aborted, rebuilds, restored atomic.Int64
+	repartitioned                                         atomic.Int64
+	stateKeys, stateBytes, stateDisk                      atomic.Int64 // as of the last checkpoint
+	restoring                                             atomic.Int64
+}
+
+// Stats returns the running totals.
+func (p *Pipeline) Stats() Stats {
+	return Stats{
+		RecordsIn: p.stats.in.Load(), RecordsOut: p.stats.out.Load(), Repartitioned: p.stats.repartitioned.Load(), DeadLetters: p.stats.dead.Load(),
+		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(),
+		Restored: p.stats.restored.Load(), StateKeys: p.stats.stateKeys.Load(), StateBytes: p.stats.stateBytes.Load(),
+		StateDisk: p.stats.stateDisk.Load(), Restoring: p.stats.restoring.Load(),
+	}
+}

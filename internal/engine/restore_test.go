@@ -1,0 +1,264 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/pipeline-run/pipeline/internal/codec"
+	"github.com/pipeline-run/pipeline/wire"
+)
+
+const restoringCount = `
+instance_id: i1
+checkpoint: {interval: 100ms, timeout: 1s}
+transactions: {timeout: 2s}
+consumer: {session_timeout: 6s}
+sources: {in: {topics: [in]}}
+steps:
+  - name: per_key
+    aggregate:
+      fields: {n: count}
+      emit: update
+sinks: {out: {topic: out}}
+`
+
+// produceTo writes keys[i] with value {"seq":i} to partition p of in.
+func (k *cluster) produceTo(p int32, keys []string, from int) {
+	k.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.addr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer cl.Close()
+	rs := make([]*kgo.Record, len(keys))
+	for i, key := range keys {
+		rs[i] = &kgo.Record{Topic: "in", Partition: p, Key: []byte(key), Value: fmt.Appendf(nil, `{"seq":%d}`, from+i)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+func keysOf(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+// TestALongRestoreKeepsNoOtherPartitionWaiting restarts a keyed count whose
+// partition 0 has 4,000 keys of state and partition 1 a few, with every
+// fetch of partition 0's changelog held for 5 s: its restore outlasts
+// transactions.timeout (2 s) twice over. The restore used to run inside the
+// checkpoint that first read the partition, with partition 1's outputs in
+// the open transaction: nothing committed until it ended, and past the
+// time-out the broker aborted the transaction, the client was rebuilt and
+// the restore began again. Now partition 1 must commit while partition 0
+// restores, no checkpoint may abort, and the counts must be exact.
+func TestALongRestoreKeepsNoOtherPartitionWaiting(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 2)
+	big, small := keysOf("a", 4000), keysOf("b", 5)
+	k.produceTo(0, big, 0)
+	k.produceTo(1, small, 0)
+	runUntilCommitted(t, k, newPipeline(t, k, restoringCount, nil), "t", "in")
+
+	changelog := wire.ChangelogTopic("t", "per_key")
+	id := k.c.TopicInfo(changelog).TopicID
+	var held atomic.Int64
+	var restoreFetched atomic.Int64 // unix nanos the last held fetch was let go
+	k.c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		k.c.KeepControl()
+		for _, rt := range kreq.(*kmsg.FetchRequest).Topics {
+			if rt.Topic != changelog && rt.TopicID != id {
+				continue
+			}
+			for _, rp := range rt.Partitions {
+				if rp.Partition == 0 {
+					held.Add(1)
+					k.c.SleepControl(func() { time.Sleep(5 * time.Second) })
+					restoreFetched.Store(time.Now().UnixNano())
+					return nil, nil, false
+				}
+			}
+		}
+		return nil, nil, false
+	})
+
+	p := newPipeline(t, k, restoringCount, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	started := time.Now()
+	go func() { done <- p.Run(ctx) }()
+	ended := make(chan struct{})
+	var runErr error
+	go func() { runErr = <-done; close(ended) }()
+	k.produceTo(0, big[:100], 2000)
+	waitFor(t, ended, 20*time.Second, "partition 0 restoring apart", func() bool { return p.Stats().Restoring == 1 })
+	k.produceTo(1, small, 1000)
+	// Partition 1 ends at 10 records and a marker after each of the two
+	// runs' transactions that wrote it: its committed offset passes 10.
+	waitFor(t, ended, 20*time.Second, "partition 1's new records committed", func() bool {
+		offs, err := k.adm.FetchOffsets(ctx, "t")
+		if err != nil {
+			return false
+		}
+		o, ok := offs.Lookup("in", 1)
+		return ok && o.At >= 10
+	})
+	p1Committed := time.Now()
+	if p.Stats().Restoring != 1 {
+		t.Fatalf("partition 1's new records were committed only after partition 0's restore ended (%d restoring, %d fetches held, %v after the start)", p.Stats().Restoring, held.Load(), time.Since(started))
+	}
+	waitFor(t, ended, 30*time.Second, "the restore to end", func() bool { return p.Stats().Restoring == 0 })
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+		t.Fatal(err)
+	}
+	restored := time.Unix(0, restoreFetched.Load())
+	cancel()
+	<-ended
+	if runErr != nil {
+		t.Fatalf("run: %v", runErr)
+	}
+	if held.Load() == 0 {
+		t.Fatal("no fetch of partition 0's changelog was held: the restore was not slowed")
+	}
+	if took := restored.Sub(started); took < 2*2*time.Second {
+		t.Fatalf("the restore took %v, not the twice transactions.timeout the test needs", took)
+	}
+	if st := p.Stats(); st.Aborted != 0 || st.Rebuilds != 0 {
+		t.Fatalf("%d checkpoints aborted, %d rebuilds; a restore must not hold a transaction open", st.Aborted, st.Rebuilds)
+	}
+	want := map[string]int{}
+	for _, key := range big {
+		want[key] = 1
+	}
+	for _, key := range big[:100] {
+		want[key] = 2
+	}
+	for _, key := range small {
+		want[key] = 2
+	}
+	got := map[string]int{}
+	for _, r := range k.readAll("out") {
+		x, err := codec.DecodeJSON(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[string(r.Key)] = int(x.(map[string]any)["n"].(int))
+	}
+	var wrong []string
+	for key, n := range want {
+		if got[key] != n {
+			wrong = append(wrong, fmt.Sprintf("%s: %d, want %d", key, got[key], n))
+		}
+	}
+	if len(wrong) > 0 || len(got) != len(want) {
+		t.Fatalf("%d keys counted, %d wanted; wrong: %s", len(got), len(want), strings.Join(wrong[:min(10, len(wrong))], "; "))
+	}
+	t.Logf("%d changelog fetches held 5 s; partition 1 committed %v after the start, the restore ended after %v; 0 aborted",
+		held.Load(), p1Committed.Sub(started).Round(time.Millisecond), restored.Sub(started).Round(time.Millisecond))
+}
+
+// TestARebuildKeepsTheRestoredState makes the broker fail one EndTxn, so the
+// outcome of a checkpoint is unknown and the client is rebuilt. The old
+// client gives its partitions up as it closes; the memory backend used to
+// drop the state of every task then, and the new client restored all of it
+// from the changelog again (on a large state, a restore as long as the
+// first). Now the state is kept and only the changelog's tail is read.
+func TestARebuildKeepsTheRestoredState(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 1)
+	keys := keysOf("a", 3000)
+	k.produceTo(0, keys, 0)
+	p := newPipeline(t, k, restoringCount, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	ended := make(chan struct{})
+	var runErr error
+	go func() { runErr = <-done; close(ended) }()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+		t.Fatal(err)
+	}
+	before := p.Stats()
+	h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut})
+	defer h.Remove()
+	k.produceTo(0, keys[:10], 5000)
+	waitFor(t, ended, 30*time.Second, "a rebuild", func() bool { return p.Stats().Rebuilds > before.Rebuilds })
+	k.produceTo(0, keys[:10], 6000)
+	if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+		t.Fatal(err)
+	}
+	after := p.Stats()
+	cancel()
+	<-ended
+	if runErr != nil {
+		t.Fatalf("run: %v", runErr)
+	}
+	if h.Hits() == 0 {
+		t.Fatal("no EndTxn failed: the fault did not fire")
+	}
+	if n := after.Restored - before.Restored; n >= int64(len(keys)) {
+		t.Fatalf("the rebuild restored %d changelog records: the state of %d keys was thrown away and read again", n, len(keys))
+	}
+	for _, r := range k.readAll("out") {
+		x, err := codec.DecodeJSON(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := x.(map[string]any)["n"].(int); n > 3 {
+			t.Fatalf("key %s counted %d times, at most 3 inputs", r.Key, n)
+		}
+	}
+	t.Logf("%d rebuilds, %d changelog records read again for %d keys", after.Rebuilds-before.Rebuilds, after.Restored-before.Restored, len(keys))
+}
+
+// TestNoClientCachesATopicListWithoutTheChangelog runs a keyed count on a
+// fresh input and checks that no client asked for the metadata of every
+// topic before set-up created the changelog. The start-up check listed the
+// brokers with such a request, and the admin client, which also reads the
+// changelogs, kept the answer: it held no changelog, and the first restore
+// waited out the client's metadata age (5 s) before it found it. Every
+// stateful pipeline started about 5 s late, and the benchmark's keyed count
+// ran at a third of its speed.
+func TestNoClientCachesATopicListWithoutTheChangelog(t *testing.T) {
+	k := newCluster(t)
+	k.topic("in", 2)
+	k.produceTo(0, keysOf("a", 50), 0)
+	changelog := wire.ChangelogTopic("t", "per_key")
+	var stale, asked atomic.Int64
+	k.c.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		k.c.KeepControl()
+		asked.Add(1)
+		if kreq.(*kmsg.MetadataRequest).Topics == nil && k.c.TopicInfo(changelog) == nil {
+			stale.Add(1)
+		}
+		return nil, nil, false
+	})
+	runUntilCommitted(t, k, newPipeline(t, k, restoringCount, nil), "t", "in")
+	if asked.Load() == 0 {
+		t.Fatal("the broker saw no metadata request: the check watched nothing")
+	}
+	if n := stale.Load(); n != 0 {
+		t.Errorf("%d metadata requests asked for every topic before %s existed; want none", n, changelog)
+	}
+}

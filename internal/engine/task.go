@@ -1,0 +1,255 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/state"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// opContext is the pipeline.Context of one operator instance in one task
+// (or of one worker of a parallel stage, which sets task and the embedded
+// context per record).
+type opContext struct {
+	context.Context // the task's: done when it stops
+	eval            pipeline.Evaluator
+	log             *slog.Logger
+
+	task  *task
+	node  *node
+	input int
+}
+
+func (c *opContext) Task() pipeline.TaskID               { return c.task.id }
+func (c *opContext) Input() int                          { return c.input }
+func (c *opContext) Eval() *pipeline.Evaluator           { return &c.eval }
+func (c *opContext) Logger() *slog.Logger                { return c.log }
+func (c *opContext) Emit(r *pipeline.Record)             { c.task.deliver(c.node, "", r) }
+func (c *opContext) EmitTo(o string, r *pipeline.Record) { c.task.deliver(c.node, o, r) }
+
+// task processes the records of one partition number, in offset order, on
+// its own goroutine. It owns one operator instance per step.
+type task struct {
+	id   pipeline.TaskID
+	rt   *runtime
+	in   chan work
+	done chan struct{}
+
+	// ctx is done once the task stops, or when the shutdown grace period
+	// is over: operators that call out pass it on (pipeline.Context).
+	ctx    context.Context
+	cancel context.CancelFunc
+	ops    []pipeline.Operator // by node index; nil for sources
+	ctxs   []*opContext
+	stores []*state.Store // by node index; nil but for stateful steps
+
+	// mu guards the instances of steps downstream of a parallel stage,
+	// which the stage's workers call too. Lock order: a task never holds
+	// mu while handing a record to a worker (parallel stages cannot
+	// follow one another, see Build).
+	mu sync.Mutex
+}
+
+// work is one item of a task's queue: records, or a barrier to answer.
+type work struct {
+	recs    []*kgo.Record
+	flush   int // node to flush at this barrier; -1 for none
+	barrier chan struct{}
+}
+
+// newTask makes the task of partition number id, its operators and its
+// stores, opened and checked against their changelogs but not restored, and
+// returns what the stores have left to restore. Restore them
+// (rt.restoreStores), then start the task.
+func newTask(rt *runtime, id pipeline.TaskID) (*task, backlog, error) {
+	t := &task{
+		id:     id,
+		rt:     rt,
+		in:     make(chan work, 4),
+		done:   make(chan struct{}),
+		ops:    make([]pipeline.Operator, len(rt.g.nodes)),
+		ctxs:   make([]*opContext, len(rt.g.nodes)),
+		stores: make([]*state.Store, len(rt.g.nodes)),
+	}
+	parent := rt.hard
+	if parent == nil { // a graph run offline, in tests
+		parent = context.Background()
+	}
+	t.ctx, t.cancel = context.WithCancel(parent)
+	need, err := rt.openStores(t)
+	if err != nil {
+		t.closeOps()
+		return nil, need, err
+	}
+	for _, n := range rt.g.nodes {
+		var op pipeline.Operator
+		switch {
+		case n.kind == sourceNode:
+			continue
+		case n.kind == sinkNode:
+			so := &sinkOp{def: n.sink, prod: rt}
+			so.maxBytes, so.limit = rt.recordLimit(n.sink.topic)
+			op = so
+		case n.parallel != nil:
+			op = parallelOp{st: rt.stages[n.idx]}
+		case n.repart != nil:
+			ro := &repartitionOp{def: n.repart, prod: func(r *kgo.Record) { rt.internalOut.Add(1); rt.produce(r) }}
+			ro.maxBytes, ro.limit = rt.recordLimit(n.repart.topic)
+			op = ro
+		case n.stateful() != nil && t.stores[n.idx] == nil:
+			op = absentStateOp{step: n.name, task: id}
+		case n.stateful() != nil:
+			var err error
+			if op, err = n.stateful().NewStatefulOperator(id, t.stores[n.idx]); err != nil {
+				t.closeOps()
+				return nil, need, &config.FieldError{Path: n.path, Msg: err.Error()}
+			}
+		default:
+			var err error
+			if op, err = n.def.NewOperator(id); err != nil {
+				t.closeOps()
+				return nil, need, &config.FieldError{Path: n.path, Msg: err.Error()}
+			}
+		}
+		t.ops[n.idx] = op
+		t.ctxs[n.idx] = &opContext{Context: t.ctx, task: t, node: n, log: rt.log.With("step", n.name, "task", id)}
+	}
+	// The operators registered their states: the restore can check every
+	// record with its state's codec.
+	return t, need, nil
+}
+
+// start starts the task's goroutine.
+func (t *task) start() { go t.run() }
+
+func (t *task) run() {
+	defer close(t.done)
+	for w := range t.in {
+		if w.barrier != nil {
+			if w.flush >= 0 && !t.rt.failed() {
+				t.flush(t.rt.g.nodes[w.flush])
+			}
+			close(w.barrier)
+			continue
+		}
+		// One allocation for the batch's records rather than one each:
+		// per-record allocation was a tenth of a pass-through's profile.
+		// A record an operator keeps keeps the slab alive, which a
+		// batch's worth of memory bounds.
+		var slab []pipeline.Record
+		var src *node
+		var srcTopic string
+		var direct *sinkOp // src's direct sink, if it has one
+		for i, kr := range w.recs {
+			if t.rt.failed() {
+				// A record failed with no dead-letter topic: the
+				// checkpoint aborts, so the rest need no work.
+				break
+			}
+			// Records come a partition at a time: look the source up
+			// when the topic changes, not for every record.
+			if src == nil || kr.Topic != srcTopic {
+				src, srcTopic = t.rt.g.byTopic[kr.Topic], kr.Topic
+				direct = nil
+				if src.direct != nil {
+					direct = t.ops[src.direct.idx].(*sinkOp)
+				}
+			}
+			if direct != nil && direct.passThrough(kr) {
+				continue
+			}
+			var r *pipeline.Record
+			if src.internal {
+				r = repartitionRecord(kr, src.decs)
+			} else {
+				if len(slab) == 0 {
+					slab = make([]pipeline.Record, len(w.recs)-i)
+				}
+				r = &slab[0]
+				slab = slab[1:]
+				r.Read(kr, src.dec)
+			}
+			t.deliver(src, "", r)
+		}
+		t.rt.processed(len(w.recs))
+	}
+}
+
+// deliver passes r to every reader of n's output. Each reader but the last
+// gets a clone, since operators change records in place.
+//
+// Steps after a parallel stage are reached both by the stage's workers and
+// by the task goroutine (through a union, say). Their instances are kept
+// single-threaded by t.mu, taken at the boundary: when a worker emits out of
+// the stage, or when the task goroutine enters that part of the graph. Inside
+// it nobody takes the lock again. A parallel stage never reads from that
+// part (Build refuses it), so nobody holds t.mu while handing a record to a
+// worker, whose queue may be full.
+func (t *task) deliver(n *node, output string, r *pipeline.Record) {
+	readers := n.outputs[output]
+	for i, e := range readers {
+		rr := r
+		if i < len(readers)-1 {
+			rr = r.Clone()
+		}
+		lock := n.parallel != nil || (!n.afterParallel && e.to.afterParallel)
+		if lock {
+			t.mu.Lock()
+		}
+		ctx := t.ctxs[e.to.idx]
+		ctx.input = e.input
+		if err := t.ops[e.to.idx].Process(ctx, rr); err != nil {
+			t.recordFailed(e.to, rr, err)
+		}
+		if lock {
+			t.mu.Unlock()
+		}
+	}
+}
+
+func (t *task) flush(n *node) {
+	f, ok := t.ops[n.idx].(pipeline.Flusher)
+	if !ok {
+		return
+	}
+	if n.afterParallel {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+	}
+	if err := f.Flush(t.ctxs[n.idx]); err != nil {
+		t.rt.fail(&pipeline.RecordError{Step: n.name, Path: n.path, Err: err})
+	}
+}
+
+// recordFailed sends the input r derives from to the dead-letter topic, or
+// stops the pipeline when there is none.
+func (t *task) recordFailed(n *node, r *pipeline.Record, err error) {
+	t.rt.recordFailed(&pipeline.RecordError{Step: n.name, Path: n.path, Position: r.Source, Err: err}, r)
+}
+
+// stop ends the task's goroutine once its queue is done.
+func (t *task) stop() {
+	close(t.in)
+	<-t.done
+	t.closeOps()
+}
+
+func (t *task) closeOps() {
+	t.cancel()
+	for _, op := range t.ops {
+		if c, ok := op.(pipeline.Closer); ok {
+			_ = c.Close()
+		}
+	}
+	for i, st := range t.stores {
+		if st != nil {
+			_ = st.Close()
+			t.stores[i] = nil
+		}
+	}
+}

@@ -1,0 +1,407 @@
+package ops
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/pipeline-run/pipeline/internal/codec"
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/state"
+)
+
+// aggregate keeps, per record key, a set of named aggregations and emits
+// the key's current values:
+//
+//	aggregate:
+//	  fields:
+//	    readings: count
+//	    total:    {sum: value.amount}
+//	    hottest:  {max: value.temp}
+//	    mean:     {avg: value.temp}
+//	    seen:     {first: value.ts}
+//	    latest:   {last: value}
+//	    recent:   {collect: value.id, max: 10}
+//	    custom:   {reduce: "state + value.n", init: "0"}
+//	  emit: update        # or checkpoint: the changed keys once per checkpoint
+//	  ttl: 24h            # forget keys not updated for this long
+//	  ttl_update: on_write # or on_read_and_write
+//
+// Its state is exactly-once with the outputs: it lives in a state.Store
+// whose changes go to a changelog topic inside each checkpoint's
+// transaction. Records are aggregated by their key, which must be the key
+// they are partitioned by: the source's, or a key_by step's before it (a
+// map or flat_map that sets the key without key_by is refused at build).
+type aggregate struct {
+	fields    []aggField
+	emit      string
+	ttl       time.Duration
+	ttlUpdate state.TTLUpdate
+	fp        string
+}
+
+type aggKind string
+
+const (
+	aggCount   aggKind = "count"
+	aggSum     aggKind = "sum"
+	aggMin     aggKind = "min"
+	aggMax     aggKind = "max"
+	aggAvg     aggKind = "avg"
+	aggFirst   aggKind = "first"
+	aggLast    aggKind = "last"
+	aggCollect aggKind = "collect"
+	aggReduce  aggKind = "reduce"
+)
+
+var aggKinds = []aggKind{aggCount, aggSum, aggMin, aggMax, aggAvg, aggFirst, aggLast, aggCollect, aggReduce}
+
+type aggField struct {
+	name string
+	kind aggKind
+	expr *pipeline.Expr // the value folded in; nil for a bare count
+	init *pipeline.Expr // reduce's initial state
+	max  int            // collect's bound
+}
+
+type aggregateSpec struct {
+	Fields    map[string]any `yaml:"fields"`
+	Emit      string         `yaml:"emit"`
+	TTL       time.Duration  `yaml:"ttl"`
+	TTLUpdate string         `yaml:"ttl_update"`
+}
+
+const defaultCollectMax = 100
+
+func newAggregate(s *pipeline.Spec) (pipeline.Definition, error) {
+	var as aggregateSpec
+	if !s.Decode(&as) {
+		return nil, nil
+	}
+	a := &aggregate{emit: cmp.Or(as.Emit, "update"), ttl: as.TTL}
+	if a.emit != "update" && a.emit != "checkpoint" {
+		s.Errorf(".emit", "must be update or checkpoint, found %q", as.Emit)
+	}
+	switch as.TTLUpdate {
+	case "", "on_write":
+		a.ttlUpdate = state.OnCreateAndWrite
+	case "on_read_and_write":
+		a.ttlUpdate = state.OnReadAndWrite
+	default:
+		s.Errorf(".ttl_update", "must be on_write (the default: a key lives ttl after its last update) or on_read_and_write, found %q", as.TTLUpdate)
+	}
+	if len(as.Fields) == 0 {
+		s.Errorf(".fields", "required: at least one aggregation, e.g. {count: count}")
+		return nil, nil
+	}
+	names := make([]string, 0, len(as.Fields))
+	for n := range as.Fields {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		sub := ".fields." + name
+		f := aggField{name: name}
+		switch v := as.Fields[name].(type) {
+		case string:
+			if v != string(aggCount) {
+				s.Errorf(sub, "a bare string must be count; give other aggregations as {sum: expression} and the like")
+				continue
+			}
+			f.kind = aggCount
+		case map[string]any:
+			// "max" is an aggregation, and collect's bound.
+			_, isCollect := v[string(aggCollect)]
+			var kinds []string
+			for k := range v {
+				switch {
+				case k == "init" || (k == "max" && isCollect):
+				case slices.Contains(aggKinds, aggKind(k)):
+					kinds = append(kinds, k)
+				default:
+					s.Errorf(sub+"."+k, "unknown key (want one of count, sum, min, max, avg, first, last, collect, reduce)")
+				}
+			}
+			slices.Sort(kinds)
+			if len(kinds) != 1 {
+				s.Errorf(sub, "expected exactly one aggregation, found %v", kinds)
+				continue
+			}
+			f.kind = aggKind(kinds[0])
+			src, ok := v[kinds[0]].(string)
+			if !ok {
+				s.Errorf(sub+"."+kinds[0], "expected an expression string, got %s", pipeline.Describe(v[kinds[0]]))
+				continue
+			}
+			f.expr = s.Expr(sub+"."+kinds[0], src, pipeline.AnyResult)
+			if f.kind == aggCollect {
+				f.max = defaultCollectMax
+				if m, ok := v["max"]; ok {
+					n, ok := pipeline.AsInt(m)
+					if !ok || n < 1 {
+						s.Errorf(sub+".max", "must be a whole number, at least 1")
+					}
+					f.max = n
+				}
+			}
+			if f.kind == aggReduce {
+				init, ok := v["init"].(string)
+				if !ok {
+					s.Errorf(sub+".init", "required with reduce: the expression of the first state")
+					continue
+				}
+				f.init = s.Expr(sub+".init", init, pipeline.AnyResult)
+			} else if _, ok := v["init"]; ok {
+				s.Errorf(sub+".init", "only reduce takes init")
+			}
+		default:
+			s.Errorf(sub, "expected count or {aggregation: expression}, got %s", pipeline.Describe(v))
+			continue
+		}
+		a.fields = append(a.fields, f)
+	}
+	// The fingerprint covers what gives the state its meaning: the fields,
+	// their kinds and expressions. Changing them makes old state unreadable
+	// or wrong, so it is refused at start-up.
+	h := sha256.New()
+	for _, f := range a.fields {
+		fmt.Fprintf(h, "%s|%s|", f.name, f.kind)
+		if f.expr != nil {
+			h.Write([]byte(f.expr.String()))
+		}
+		if f.init != nil {
+			h.Write([]byte("|" + f.init.String()))
+		}
+		fmt.Fprintf(h, "|%d;", f.max)
+	}
+	a.fp = "aggregate:v1:" + hex.EncodeToString(h.Sum(nil)[:12])
+	return a, nil
+}
+
+func (a *aggregate) Outputs() []string   { return nil }
+func (a *aggregate) Fingerprint() string { return a.fp }
+
+// MergesInputs: with emit: checkpoint, one output stands for every input
+// of its key in the checkpoint.
+func (a *aggregate) MergesInputs() (sub, what, instead string) {
+	if a.emit != "checkpoint" {
+		return "", "", ""
+	}
+	return ".emit", "emit: checkpoint writes one record for many inputs", "use emit: update"
+}
+
+func (a *aggregate) NewOperator(pipeline.TaskID) (pipeline.Operator, error) {
+	return nil, fmt.Errorf("aggregate needs a state store")
+}
+
+func (a *aggregate) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pipeline.Operator, error) {
+	ttl := state.TTLConfig{TTL: a.ttl, Update: a.ttlUpdate}
+	v, err := state.NewValue[map[string]any](st, "acc", ttl, state.WithCodec[map[string]any](codec.Acc{}))
+	if err != nil {
+		return nil, err
+	}
+	return &aggregateOp{def: a, acc: v, dirty: map[string]*pipeline.Record{}}, nil
+}
+
+type aggregateOp struct {
+	def *aggregate
+	acc *state.Value[map[string]any]
+	// dirty holds, with emit: checkpoint, the last record of every key
+	// changed since the last checkpoint.
+	dirty map[string]*pipeline.Record
+}
+
+func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
+	key, err := r.KeyBytes()
+	if err != nil {
+		return err
+	}
+	if key == nil {
+		return fmt.Errorf("aggregate needs a record key; this record has none")
+	}
+	acc, _, err := o.acc.Get(key)
+	if err != nil {
+		return err
+	}
+	if acc == nil {
+		acc = map[string]any{}
+	}
+	for _, f := range o.def.fields {
+		if err := f.fold(ctx.Eval(), acc, r); err != nil {
+			return fmt.Errorf("field %s: %w", f.name, err)
+		}
+	}
+	if err := o.acc.Put(key, acc); err != nil {
+		return err
+	}
+	if o.def.emit == "checkpoint" {
+		o.dirty[string(key)] = r
+		return nil
+	}
+	out, err := o.result(acc)
+	if err != nil {
+		return err
+	}
+	r.Value.Set(out)
+	ctx.Emit(r)
+	return nil
+}
+
+// Flush emits, with emit: checkpoint, the current values of the keys that
+// changed since the last checkpoint, in key order.
+func (o *aggregateOp) Flush(ctx pipeline.Context) error {
+	if len(o.dirty) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(o.dirty))
+	for k := range o.dirty {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		r := o.dirty[k]
+		acc, ok, err := o.acc.Get([]byte(k))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue // expired since
+		}
+		out, err := o.result(acc)
+		if err != nil {
+			return err
+		}
+		r.Value.Set(out)
+		ctx.Emit(r)
+	}
+	clear(o.dirty)
+	return nil
+}
+
+func (o *aggregateOp) result(acc map[string]any) (map[string]any, error) {
+	out := make(map[string]any, len(o.def.fields))
+	for _, f := range o.def.fields {
+		v := acc[f.name]
+		if f.kind == aggAvg {
+			pair, _ := v.([]any)
+			if len(pair) == 2 {
+				sum, _ := toFloat(pair[0])
+				n, _ := toFloat(pair[1])
+				if n > 0 {
+					v = sum / n
+				}
+			}
+		}
+		out[f.name] = v
+	}
+	return out, nil
+}
+
+// fold adds r to the field's accumulator in acc.
+func (f *aggField) fold(ev *pipeline.Evaluator, acc map[string]any, r *pipeline.Record) error {
+	var x any
+	if f.expr != nil {
+		var err error
+		if f.kind == aggReduce {
+			cur, ok := acc[f.name]
+			if !ok {
+				if cur, err = ev.Eval(f.init, r); err != nil {
+					return err
+				}
+			}
+			if x, err = ev.EvalState(f.expr, r, cur); err != nil {
+				return err
+			}
+			acc[f.name] = x
+			return nil
+		}
+		if x, err = ev.Eval(f.expr, r); err != nil {
+			return err
+		}
+	}
+	cur, has := acc[f.name]
+	switch f.kind {
+	case aggCount:
+		n, _ := cur.(int)
+		acc[f.name] = n + 1
+	case aggSum:
+		s, err := addNumbers(cur, x, has)
+		if err != nil {
+			return err
+		}
+		acc[f.name] = s
+	case aggMin, aggMax:
+		if _, ok := toFloat(x); !ok {
+			return fmt.Errorf("%s of %T: want a number", f.kind, x)
+		}
+		if !has {
+			acc[f.name] = x
+			return nil
+		}
+		a, _ := toFloat(cur)
+		b, _ := toFloat(x)
+		if (f.kind == aggMin && b < a) || (f.kind == aggMax && b > a) {
+			acc[f.name] = x
+		}
+	case aggAvg:
+		if _, ok := toFloat(x); !ok {
+			return fmt.Errorf("avg of %T: want a number", x)
+		}
+		pair, _ := cur.([]any)
+		if len(pair) != 2 {
+			pair = []any{0, 0}
+		}
+		s, err := addNumbers(pair[0], x, true)
+		if err != nil {
+			return err
+		}
+		n, _ := pair[1].(int)
+		acc[f.name] = []any{s, n + 1}
+	case aggFirst:
+		if !has {
+			acc[f.name] = x
+		}
+	case aggLast:
+		acc[f.name] = x
+	case aggCollect:
+		list, _ := cur.([]any)
+		list = append(list, x)
+		if len(list) > f.max {
+			list = list[len(list)-f.max:]
+		}
+		acc[f.name] = list
+	}
+	return nil
+}
+
+// addNumbers adds b to a (a absent when !has), keeping whole numbers whole.
+func addNumbers(a, b any, has bool) (any, error) {
+	bi, bInt := b.(int)
+	if _, ok := toFloat(b); !ok {
+		return nil, fmt.Errorf("sum of %T: want a number", b)
+	}
+	if !has || a == nil {
+		return b, nil
+	}
+	if ai, ok := a.(int); ok && bInt {
+		return ai + bi, nil
+	}
+	af, _ := toFloat(a)
+	bf, _ := toFloat(b)
+	return af + bf, nil
+}
+
+func toFloat(x any) (float64, bool) {
+	switch t := x.(type) {
+	case int:
+		return float64(t), true
+	case int64:
+		return float64(t), true
+	case float64:
+		return t, true
+	}
+	return 0, false
+}

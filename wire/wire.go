@@ -1,0 +1,46 @@
+// Package wire holds what the pipeline writes to Kafka for others to read:
+// the progress records of the audit topic, the headers it sets on dead
+// letters, sink records and repartition records, and the names of its
+// internal topics. `pipeline audit` and other tools read these without
+// linking the engine.
+package wire
+
+// CheckpointID numbers the checkpoints of one run.
+type CheckpointID uint64
+
+// Headers set on dead-letter records.
+const (
+	HeaderError     = "pipeline.error"
+	HeaderStep      = "pipeline.step"
+	HeaderTopic     = "pipeline.source.topic"
+	HeaderPartition = "pipeline.source.partition"
+	HeaderOffset    = "pipeline.source.offset"
+	// HeaderTruncated is set, to the original length, on a dead letter
+	// whose value was cut to fit the dead-letter topic's limit.
+	HeaderTruncated = "pipeline.truncated"
+)
+
+// Headers set on sink records with audit.source_positions.
+const (
+	// HeaderSource is where the input record a sink record derives from
+	// was read: "topic/partition@offset".
+	HeaderSource = "pipeline.source"
+	// HeaderOutput says which of that input's outputs the record is:
+	// "<sink>/<n>", n counting from 0 the records the sink wrote for it.
+	HeaderOutput = "pipeline.output"
+)
+
+// HeaderValueFormat, on a repartition record, says how its value is
+// encoded: unchanged values keep their source's format, changed ones are
+// JSON.
+const HeaderValueFormat = "pipeline.value-format"
+
+// ChangelogTopic is the changelog topic of a stateful step.
+func ChangelogTopic(pipelineName, step string) string {
+	return pipelineName + "-" + step + "-changelog"
+}
+
+// RepartitionTopic is the internal topic of a key_by step.
+func RepartitionTopic(pipelineName, step string) string {
+	return pipelineName + "-" + step + "-repartition"
+}
