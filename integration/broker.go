@@ -361,19 +361,21 @@ func (b *kfakeProcess) Close() {
 // logTailer is implemented by brokers whose logs the suite holds.
 type logTailer interface{ LogTail(n int) string }
 
-// moduleRoot walks up from the working directory to the go.mod.
+// moduleRoot returns the repository's root, the directory of the pipeline
+// module that holds cmd/pipeline and scripts/ (the suite is a module of
+// its own below it).
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "cmd", "pipeline", "main.go")); err == nil {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
+			return "", errors.New("no cmd/pipeline/main.go above the working directory")
 		}
 		dir = parent
 	}

@@ -22,8 +22,11 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+# integration/ is a module of its own (its test dependencies stay out of
+# the pipeline's go.mod): every go command below runs in both.
 step "go vet"
 go vet ./...
+(cd integration && go vet ./...)
 
 step "gofmt"
 unformatted=$(gofmt -l .)
@@ -34,7 +37,8 @@ fi
 step "unit tests and the embedded-broker suite (race detector)"
 # The embedded broker here even where Docker answers: step 3 is for real
 # brokers.
-INTEGRATION_NO_DOCKER=1 go test -race -count=1 -timeout 25m ./...
+go test -race -count=1 -timeout 25m ./...
+(cd integration && INTEGRATION_NO_DOCKER=1 go test -race -count=1 -timeout 25m ./...)
 
 step "integration suite on real Apache Kafka"
 # Run from the package directory, so that go test shows the suite's first
