@@ -222,13 +222,13 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 			}
 			s, ok := starts.Lookup(topic, p)
 			if !ok || s.Err != nil {
-				errs = append(errs, fmt.Errorf("partition %d: %v", p, cmp.Or(s.Err, errors.New("no start offset listed"))))
+				errs = append(errs, fmt.Errorf("partition %d: %w", p, cmp.Or(s.Err, errors.New("no start offset listed"))))
 				continue
 			}
 			next[p], to[p] = max(s.Offset, from), end
 		}
 		if len(errs) > 0 {
-			return nil, fmt.Errorf("listing start offsets of %s: %v", topic, errs)
+			return nil, fmt.Errorf("listing start offsets of %s: %w", topic, errors.Join(errs...))
 		}
 	} else {
 		ends, err := listOffsets(ctx, ro.retryListing, func() (kadm.ListedOffsets, error) {
@@ -253,7 +253,7 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 			next[o.Partition], to[o.Partition] = max(s.Offset, from), o.Offset
 		})
 		if len(errs) > 0 {
-			return nil, fmt.Errorf("listing offsets of %s: %v", topic, errs)
+			return nil, fmt.Errorf("listing offsets of %s: %w", topic, errors.Join(errs...))
 		}
 		if committed && ro.WaitDecided {
 			if err := waitDecided(ctx, adm, topic, ro.retryListing, to); err != nil {
@@ -287,8 +287,11 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 			return nil, err
 		}
 		d, ok := details[topic]
-		if !ok || d.Err != nil {
-			return nil, fmt.Errorf("describing %s: %v", topic, d.Err)
+		if !ok {
+			return nil, fmt.Errorf("describing %s: %w", topic, kerr.UnknownTopicOrPartition)
+		}
+		if d.Err != nil {
+			return nil, fmt.Errorf("describing %s: %w", topic, d.Err)
 		}
 		byLeader := map[int32][]int32{}
 		for p, pd := range d.Partitions {

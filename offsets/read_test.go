@@ -3,6 +3,7 @@ package offsets
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -208,8 +210,8 @@ func TestReadPartitionWaitsForANewTopic(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if _, err := Read(ctx, cl, "late", ReadOptions{}); err == nil {
-		t.Fatal("Read of a topic that does not exist returned no error")
+	if _, err := Read(ctx, cl, "late", ReadOptions{}); !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		t.Fatalf("Read of a topic that does not exist: %v, want UNKNOWN_TOPIC_OR_PARTITION in the chain", err)
 	}
 
 	created := make(chan error, 1)

@@ -185,7 +185,7 @@ func dialCheck(ctx context.Context, seeds []string, within time.Duration) error 
 			last = err
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("brokers: none of %v answers: %v", seeds, last)
+			return fmt.Errorf("brokers: none of %v answers: %w", seeds, last)
 		}
 		select {
 		case <-ctx.Done():

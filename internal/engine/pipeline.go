@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pipeline-run/pipeline/config"
@@ -318,16 +316,6 @@ func newRunID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// refusedByBroker reports whether err is a produce error no retry fixes.
-func refusedByBroker(err error) bool {
-	var pe *txsink.ProduceError
-	if !errors.As(err, &pe) {
-		return false
-	}
-	var ke *kerr.Error
-	return errors.As(pe.Err, &ke) && !ke.Retriable
 }
 
 func (rt *runtime) rebuild(ctx context.Context) error {

@@ -137,6 +137,16 @@ func (r *recovery) fatal(cp Checkpoint) error {
 	return nil
 }
 
+// refusedByBroker reports whether err is a produce error no retry fixes.
+func refusedByBroker(err error) bool {
+	var pe *txsink.ProduceError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	var ke *kerr.Error
+	return errors.As(pe.Err, &ke) && !ke.Retriable
+}
+
 // logAbort logs every checkpoint that did not commit; the growing pause
 // between failed checkpoints bounds how often.
 func (r *recovery) logAbort(cp Checkpoint, d decision) {
