@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/wire"
 )
 
@@ -40,12 +41,7 @@ const headPartitions = 3
 // i1/r/i, committed at(i-1).
 func buildHead(t *testing.T, h headPlan) *kgo.Client {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(headPartitions, "in"), kfake.SeedTopics(1, "out", "progress"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addr := c.ListenAddrs()[0]
+	addr := testkit.NewKafka(t, kfake.SeedTopics(headPartitions, "in"), kfake.SeedTopics(1, "out", "progress")).Addr
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("in"), kgo.RecordPartitioner(kgo.ManualPartitioner()))

@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/wire"
 )
@@ -29,12 +27,9 @@ import (
 // not nil, runs after the input is written and before the pipeline starts.
 func realRun(t *testing.T, name, body string, n int, poison func(int) bool, prepare func(context.Context, *kgo.Client)) (*kgo.Client, int64) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addr := c.ListenAddrs()[0]
+	k := testkit.NewKafka(t, kfake.SeedTopics(3, "in"))
+	addr := k.Addr
+	// The audit reads with this client as it is given: read_uncommitted.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("in"))
 	if err != nil {
 		t.Fatal(err)
@@ -60,11 +55,10 @@ func realRun(t *testing.T, name, body string, n int, poison func(int) bool, prep
 	if err != nil {
 		t.Fatal(err)
 	}
-	var aborted atomic.Int64
-	p, err := engine.New(cfg, nil, engine.WithSeedBrokers(addr), engine.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	every := testkit.NewEveryNth(3)
+	p, err := engine.New(cfg, nil, engine.WithSeedBrokers(addr), engine.WithLogger(testkit.Logger(t)),
 		engine.WithBeforeCommit(func(cp engine.Checkpoint) error {
-			if cp.ID%3 == 0 && cp.Records > 0 {
-				aborted.Add(1)
+			if cp.Records > 0 && every.Hit() {
 				return fmt.Errorf("injected")
 			}
 			return nil
@@ -72,9 +66,7 @@ func realRun(t *testing.T, name, body string, n int, poison func(int) bool, prep
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx) }()
+	stop := testkit.Start(t, p)
 	adm := kadm.NewClient(cl)
 	for {
 		lags, err := adm.Lag(ctx, name)
@@ -83,20 +75,17 @@ func realRun(t *testing.T, name, body string, n int, poison func(int) bool, prep
 		}
 		select {
 		case <-ctx.Done():
-			stop()
-			<-done
-			t.Fatalf("the pipeline did not catch up: %v", err)
+			t.Fatalf("the pipeline did not catch up: %v (run: %v)", err, stop())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	stop()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if aborted.Load() == 0 {
+	if every.Fired() == 0 {
 		t.Fatal("no checkpoint was aborted")
 	}
-	return cl, aborted.Load()
+	return cl, every.Fired()
 }
 
 // TestAuditOfARealRun runs a pipeline that aborts every third checkpoint on

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/wire"
 )
 
@@ -67,12 +68,7 @@ func at(i int) time.Time { return t0.Add(time.Duration(i) * time.Minute) }
 // 1) is i1/r/i.
 func buildSourced(t *testing.T, inputs int, cps []sourced) *kgo.Client {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "dlq", "progress"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addr := c.ListenAddrs()[0]
+	addr := testkit.NewKafka(t, kfake.SeedTopics(1, "in", "out", "dlq", "progress")).Addr
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("in"))

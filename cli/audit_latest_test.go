@@ -16,6 +16,7 @@ import (
 
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/wire"
 )
@@ -28,12 +29,7 @@ import (
 // finding per partition, exit 1): only consumer.start_from tells them apart.
 func TestAuditFollowsConsumerStartFrom(t *testing.T) {
 	const partitions = 2
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	addr := c.ListenAddrs()[0]
+	addr := testkit.NewKafka(t, kfake.SeedTopics(partitions, "in")).Addr
 	cfgFor := func(startFrom string) string {
 		return fmt.Sprintf(`name: lt
 brokers: [%s]

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
@@ -19,12 +20,7 @@ import (
 // on stderr: with no interval, a line for each topic it reads, saying
 // how far; with a long one, a single line; stdout unchanged either way.
 func TestAuditShowsProgress(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	addr := c.ListenAddrs()[0]
+	addr := testkit.NewKafka(t, kfake.SeedTopics(2, "in")).Addr
 	path := writeFile(t, fmt.Sprintf(`name: ap
 brokers: [%s]
 instance_id: i1

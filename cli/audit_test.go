@@ -16,6 +16,7 @@ import (
 
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/wire"
 )
@@ -49,12 +50,7 @@ func TestAuditWindowFlagsAreCheckedBeforeAnythingRuns(t *testing.T) {
 // audits it whole and from a checkpoint on, then copies one output into the
 // output topic, headers and all, as a duplicate would appear.
 func TestAuditWithSourcePositions(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	addr := c.ListenAddrs()[0]
+	addr := testkit.NewKafka(t, kfake.SeedTopics(2, "in")).Addr
 	path := writeFile(t, fmt.Sprintf(`name: sp
 brokers: [%s]
 instance_id: i1

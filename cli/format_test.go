@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/internal/testkit"
+	"github.com/pipeline-run/pipeline/offsets"
 )
 
 // decodeJSON decodes one JSON document from out and checks that its
@@ -95,12 +97,7 @@ func TestValidateFormatJSON(t *testing.T) {
 // TestToolsFormatJSON runs a pipeline to its end and reads offsets show,
 // transactions hanging and audit as JSON.
 func TestToolsFormatJSON(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	addr := c.ListenAddrs()[0]
+	addr := testkit.NewKafka(t, kfake.SeedTopics(2, "in")).Addr
 	path := writeFile(t, fmt.Sprintf(`name: js
 brokers: [%s]
 instance_id: i1

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/internal/testkit"
+	"github.com/pipeline-run/pipeline/offsets"
 )
 
 // TestOffsetsShowAfterACleanFinish runs a key_by pipeline to completion
@@ -17,12 +19,7 @@ import (
 // group's offset there stops before the marker of the last transaction,
 // which is not a record to read.
 func TestOffsetsShowAfterACleanFinish(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	addr := c.ListenAddrs()[0]
+	addr := testkit.NewKafka(t, kfake.SeedTopics(2, "in")).Addr
 	path := writeFile(t, fmt.Sprintf(`name: lagk
 brokers: [%s]
 instance_id: i1

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
@@ -48,12 +49,7 @@ func showRecords(recs []*kgo.Record) string {
 }
 
 func TestProduce(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "j", "r", "e", "f", "bad"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	addr := c.ListenAddrs()[0]
+	addr := testkit.NewKafka(t, kfake.SeedTopics(1, "j", "r", "e", "f", "bad")).Addr
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
 		t.Fatal(err)

@@ -19,17 +19,14 @@ import (
 
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline/state"
 )
 
 func TestOffsetsAndHangingTransactions(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	addr := c.ListenAddrs()[0]
+	k := testkit.NewKafka(t, kfake.SeedTopics(2, "in", "out"))
+	c, addr := k.Cluster, k.Addr
 	cfg := writeFile(t, fmt.Sprintf("name: tools\nbrokers: [%s]\nsources: {in: {topics: [in]}}\nsinks: {out: {topic: out}}\n", addr))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -202,12 +199,8 @@ func runUntil(t *testing.T, ctx context.Context, cfgPath string, done func() (bo
 // after the first deleted the changelog, it resets local state with the
 // changelog already gone: every task must be reset, not only task 0.
 func TestStateReset(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	addr := c.ListenAddrs()[0]
+	k := testkit.NewKafka(t, kfake.SeedTopics(2, "in"))
+	c, addr := k.Cluster, k.Addr
 	dir := t.TempDir()
 	cfg := writeFile(t, fmt.Sprintf(`name: st
 brokers: [%s]

@@ -7,15 +7,13 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/pipeline-run/pipeline/internal/testkit"
 )
 
 func TestTopicsCreateAndList(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	addr := c.ListenAddrs()[0]
+	k := testkit.NewKafka(t)
+	c, addr := k.Cluster, k.Addr
 
 	code, out, errs := runCLI(t, "topics", "create", "events", "--brokers", addr, "--partitions", "3", "--config", "cleanup.policy=compact", "--config", "retention.ms=1000")
 	if code != 0 || !strings.Contains(out, "created topic events (3 partitions)") {

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/wire"
 )
@@ -76,10 +77,10 @@ func expected(n, keys int) map[string]map[string]any {
 }
 
 // latest reads the output and returns each key's last value.
-func latest(t *testing.T, k *cluster) map[string]map[string]any {
+func latest(t *testing.T, k *testkit.Kafka) map[string]map[string]any {
 	t.Helper()
 	got := map[string]map[string]any{}
-	for _, r := range k.readAll("out") {
+	for _, r := range k.ReadAll("out") {
 		x, err := codec.DecodeJSON(r.Value)
 		if err != nil {
 			t.Fatalf("output %s: %v", r.Value, err)
@@ -113,13 +114,13 @@ func compareAggregates(t *testing.T, got, want map[string]map[string]any) {
 func TestAggregateIsExactlyOnceThroughAborts(t *testing.T) {
 	for _, emit := range []string{"update", "checkpoint"} {
 		t.Run("emit "+emit, func(t *testing.T) {
-			k := newCluster(t)
-			k.topic("in", 3)
+			k := testkit.NewKafka(t)
+			k.Topic("in", 3)
 			const n, keys = 20000, 200
-			k.input("in", n, keys, nil)
+			k.Input("in", n, keys, nil)
 			// Produce faults and aborted checkpoints: state changes of an
 			// aborted checkpoint must vanish with its outputs.
-			h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: 3})
+			h := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: 3})
 			var aborted atomic.Int64
 			// bound is what emit: checkpoint may write at most: per
 			// committed checkpoint, one record per key changed, and no
@@ -138,11 +139,11 @@ func TestAggregateIsExactlyOnceThroughAborts(t *testing.T) {
 					bound += min(keys, cp.Records)
 				}
 			}))
-			runUntilCommitted(t, k, p, "t", "in")
+			testkit.RunUntilCommitted(t, k, p, "t", "in")
 			if h.Hits() == 0 || aborted.Load() == 0 {
 				t.Fatalf("faults fired: %d produce, %d checkpoints", h.Hits(), aborted.Load())
 			}
-			out := k.readAll("out")
+			out := k.ReadAll("out")
 			compareAggregates(t, latest(t, k), expected(n, keys))
 			switch emit {
 			case "update":
@@ -170,16 +171,16 @@ func TestAggregateIsExactlyOnceThroughAborts(t *testing.T) {
 func TestAggregateStateSurvivesRestarts(t *testing.T) {
 	for _, backend := range []string{"memory", "pebble"} {
 		t.Run(backend, func(t *testing.T) {
-			k := newCluster(t)
-			k.topic("in", 3)
+			k := testkit.NewKafka(t)
+			k.Topic("in", 3)
 			const n, keys = 10000, 100
 			body := fmt.Sprintf(aggregating, "checkpoint")
 			if backend == "pebble" {
 				body += fmt.Sprintf("state: {backend: pebble, dir: %q}\n", t.TempDir())
 			}
-			k.input("in", n/2, keys, nil)
+			k.Input("in", n/2, keys, nil)
 			first := newPipeline(t, k, body, nil)
-			runUntilCommitted(t, k, first, "t", "in")
+			testkit.RunUntilCommitted(t, k, first, "t", "in")
 
 			// The second half continues the same sequence.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -189,11 +190,11 @@ func TestAggregateStateSurvivesRestarts(t *testing.T) {
 				key := "k" + strconv.Itoa(i%keys)
 				rs = append(rs, &kgo.Record{Topic: "in", Key: []byte(key), Value: fmt.Appendf(nil, `{"k":%q,"seq":%d}`, key, i)})
 			}
-			if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+			if err := k.Client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
 			second := newPipeline(t, k, body, nil)
-			runUntilCommitted(t, k, second, "t", "in")
+			testkit.RunUntilCommitted(t, k, second, "t", "in")
 			compareAggregates(t, latest(t, k), expected(n, keys))
 			restored := second.Stats().Restored
 			switch backend {
@@ -215,13 +216,13 @@ func TestAggregateStateSurvivesRestarts(t *testing.T) {
 }
 
 func TestAggregateRefusesStateOfAnotherDefinition(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 1)
-	k.input("in", 100, 10, nil)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
+	k.Input("in", 100, 10, nil)
 	first := newPipeline(t, k, fmt.Sprintf(aggregating, "update"), nil)
-	runUntilCommitted(t, k, first, "t", "in")
+	testkit.RunUntilCommitted(t, k, first, "t", "in")
 	changed := strings.Replace(fmt.Sprintf(aggregating, "update"), "total: {sum: value.seq}", "total: {sum: value.seq * 2}", 1)
-	k.input("in", 10, 10, nil)
+	k.Input("in", 10, 10, nil)
 	second := newPipeline(t, k, changed, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -262,8 +263,8 @@ func TestAggregateBuildErrors(t *testing.T) {
 }
 
 func TestAggregateTTLForgetsIdleKeys(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 1)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
 	body := strings.Replace(fmt.Sprintf(aggregating, "update"), "      emit: update", "      emit: update\n      ttl: 400ms", 1)
 	p := newPipeline(t, k, body, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -279,11 +280,11 @@ func TestAggregateTTLForgetsIdleKeys(t *testing.T) {
 		wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer wcancel()
 		for i := from; i < to; i++ {
-			if err := k.cl.ProduceSync(wctx, &kgo.Record{Topic: "in", Key: []byte("k"), Value: fmt.Appendf(nil, `{"k":"k","seq":%d}`, i)}).FirstErr(); err != nil {
+			if err := k.Client.ProduceSync(wctx, &kgo.Record{Topic: "in", Key: []byte("k"), Value: fmt.Appendf(nil, `{"k":"k","seq":%d}`, i)}).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+		if err := k.WaitCommitted(wctx, "t", "in"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -299,21 +300,21 @@ func TestAggregateTTLForgetsIdleKeys(t *testing.T) {
 }
 
 func TestCorruptChangelogIsAStartupErrorNamingWhere(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 1)
-	k.input("in", 50, 5, nil)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
+	k.Input("in", 50, 5, nil)
 	first := newPipeline(t, k, fmt.Sprintf(aggregating, "update"), nil)
-	runUntilCommitted(t, k, first, "t", "in")
+	testkit.RunUntilCommitted(t, k, first, "t", "in")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	changelog := wire.ChangelogTopic("t", "per_key")
 	bad := &kgo.Record{Topic: changelog, Partition: 0, Key: []byte{0x01, 0xff}, Value: []byte("garbage")}
-	res := k.cl.ProduceSync(ctx, bad)
+	res := k.Client.ProduceSync(ctx, bad)
 	if err := res.FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	off := res[0].Record.Offset
-	k.input("in", 5, 5, nil)
+	k.Input("in", 5, 5, nil)
 	second := newPipeline(t, k, fmt.Sprintf(aggregating, "update"), nil)
 	err := second.Run(ctx)
 	want := []string{"step per_key", "task 0", changelog, fmt.Sprintf("offset %d", off)}
@@ -328,8 +329,8 @@ func TestCorruptChangelogIsAStartupErrorNamingWhere(t *testing.T) {
 // region: key_by moves each record through the repartition topic to the
 // task that owns its region. Checkpoints abort on purpose along the way.
 func TestRekeyedAggregateIsExactlyOnce(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
 	const n, users, regions = 12000, 50, 7
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -341,7 +342,7 @@ func TestRekeyedAggregateIsExactlyOnce(t *testing.T) {
 		w := want[region]
 		want[region] = [2]int{w[0] + 1, w[1] + i}
 	}
-	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+	if err := k.Client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	body := `
@@ -377,12 +378,12 @@ sinks: {out: {topic: out}}
 	// topic ends with a marker no consumer commits past).
 	wctx, wcancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer wcancel()
-	if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+	if err := k.WaitCommitted(wctx, "t", "in"); err != nil {
 		t.Fatal(err)
 	}
 	repart := wire.RepartitionTopic("t", "by_region")
 	for {
-		recs, err := offsets.ReadToEnd(wctx, k.cl, repart, true)
+		recs, err := offsets.ReadToEnd(wctx, k.Client, repart, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -390,7 +391,7 @@ sinks: {out: {topic: out}}
 		for _, r := range recs {
 			next[r.Partition] = r.Offset + 1
 		}
-		offs, err := k.adm.FetchOffsets(wctx, "t")
+		offs, err := k.Admin.FetchOffsets(wctx, "t")
 		done := len(recs) == n && err == nil
 		for p, o := range next {
 			if c, ok := offs.Lookup(repart, p); !ok || c.At < o {
@@ -427,8 +428,8 @@ sinks: {out: {topic: out}}
 }
 
 func TestDedupeDropsDuplicatesExactlyOnce(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Every event is sent twice, in a row, under its key.
@@ -440,7 +441,7 @@ func TestDedupeDropsDuplicatesExactlyOnce(t *testing.T) {
 			rs = append(rs, &kgo.Record{Topic: "in", Key: []byte(key), Value: fmt.Appendf(nil, `{"k":%q,"seq":%d,"event":%d}`, key, 2*e+copy, e)})
 		}
 	}
-	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+	if err := k.Client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	body := strings.Replace(passThrough, `steps: [{map: "{k: value.k, seq: value.seq}"}]`, `steps: [{dedupe: {id: value.event, ttl: 1h}}]`, 1)
@@ -452,7 +453,7 @@ func TestDedupeDropsDuplicatesExactlyOnce(t *testing.T) {
 		}
 		return nil
 	}))
-	runUntilCommitted(t, k, p, "t", "in")
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
 	if aborted.Load() == 0 {
 		t.Fatal("no checkpoint was aborted")
 	}
@@ -461,7 +462,7 @@ func TestDedupeDropsDuplicatesExactlyOnce(t *testing.T) {
 	for s := 1; s < 2*events; s += 2 {
 		skip[s] = true
 	}
-	checkExactlyOnce(t, k.readAll("out"), 2*events, skip)
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), 2*events, skip)
 }
 
 // logEntries returns the JSON log lines of buf whose msg is msg.
@@ -487,35 +488,35 @@ func logEntries(t *testing.T, buf *lockedBuffer, msg string) []map[string]any {
 // broker holds the first changelog fetch for longer than the 2 s progress
 // interval, so a "restoring state" progress line must appear too.
 func TestStateRestoreIsLoggedAndCounted(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
 	const n, keys = 3000, 300
-	k.input("in", n, keys, nil)
+	k.Input("in", n, keys, nil)
 	body := fmt.Sprintf(aggregating, "update")
-	runUntilCommitted(t, k, newPipeline(t, k, body, nil), "t", "in")
+	testkit.RunUntilCommitted(t, k, newPipeline(t, k, body, nil), "t", "in")
 	changelog := wire.ChangelogTopic("t", "per_key")
-	length := len(k.readAll(changelog))
+	length := len(k.ReadAll(changelog))
 	if length < keys {
 		t.Fatalf("%d changelog records for %d keys", length, keys)
 	}
 
-	id := k.c.TopicInfo(changelog).TopicID
+	id := k.Cluster.TopicInfo(changelog).TopicID
 	var held atomic.Int64
-	k.c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.c.KeepControl()
+	k.Cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
 		for _, rt := range req.(*kmsg.FetchRequest).Topics {
 			if (rt.Topic == changelog || rt.TopicID == id) && held.Add(1) == 1 {
-				k.c.SleepControl(func() { time.Sleep(2500 * time.Millisecond) })
+				k.Cluster.SleepControl(func() { time.Sleep(2500 * time.Millisecond) })
 			}
 		}
 		return nil, nil, false
 	})
 
 	// One more record per key, so every task opens (and restores).
-	k.input("in", keys, keys, nil)
+	k.Input("in", keys, keys, nil)
 	var logs lockedBuffer
 	second := newPipeline(t, k, body, nil, WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
-	runUntilCommitted(t, k, second, "t", "in")
+	testkit.RunUntilCommitted(t, k, second, "t", "in")
 	if held.Load() == 0 {
 		t.Fatalf("no changelog fetch was held: the restore did not read the changelog (%d records restored); log:\n%s", second.Stats().Restored, logs.String())
 	}

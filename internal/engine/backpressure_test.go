@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
+
+	"github.com/pipeline-run/pipeline/internal/testkit"
 )
 
 // flow counts, through client hooks, what enters and leaves the pipeline's
@@ -71,9 +73,9 @@ func sample(f *flow, stop <-chan struct{}) *peaks {
 // compressed: the fetch limit counts bytes as sent, the client's gauge
 // bytes as decompressed. It returns the smallest record's key and value
 // bytes.
-func inputSmallBatches(t *testing.T, k *cluster, topic string, n, keys, batchBytes int) int {
+func inputSmallBatches(t *testing.T, k *testkit.Kafka, topic string, n, keys, batchBytes int) int {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.addr), kgo.ProducerBatchMaxBytes(int32(batchBytes)),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr), kgo.ProducerBatchMaxBytes(int32(batchBytes)),
 		kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +142,7 @@ func TestSlowBrokerSlowsTheSource(t *testing.T) {
 	// check runs the pipeline on k until its input is committed, sampling
 	// the gauges, and checks the bounds and the output. during, if set,
 	// runs while the pipeline does and may stop early whatever slows it.
-	check := func(t *testing.T, k *cluster, smallest int, f *flow, during func()) *peaks {
+	check := func(t *testing.T, k *testkit.Kafka, smallest int, f *flow, during func()) *peaks {
 		t.Helper()
 		p := newPipeline(t, k, backPressureConfig, nil, WithClientOpts(kgo.WithHooks(f)))
 		stop := make(chan struct{})
@@ -164,7 +166,7 @@ func TestSlowBrokerSlowsTheSource(t *testing.T) {
 			during()
 		}
 		wctx, wcancel := context.WithTimeout(context.Background(), 120*time.Second)
-		werr := k.waitCommitted(wctx, "t", "in")
+		werr := k.WaitCommitted(wctx, "t", "in")
 		wcancel()
 		finish()
 		if runErr != nil || werr != nil {
@@ -187,13 +189,13 @@ func TestSlowBrokerSlowsTheSource(t *testing.T) {
 		if pk.inside > insideBound {
 			t.Errorf("%d records were read and not yet settled by the producer; the bounds allow %d", pk.inside, insideBound)
 		}
-		checkExactlyOnce(t, k.readAll("out"), n, nil)
+		testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, nil)
 		return pk
 	}
 
 	// Unthrottled: how fast the source reads when nothing holds it back.
-	fast := newCluster(t)
-	fast.topic("in", partitions)
+	fast := testkit.NewKafka(t)
+	fast.Topic("in", partitions)
 	smallest := inputSmallBatches(t, fast, "in", n, 50, 8<<10)
 	ff := &flow{in: "in", out: "out"}
 	var fastRate float64
@@ -209,11 +211,11 @@ func TestSlowBrokerSlowsTheSource(t *testing.T) {
 	})
 
 	// Throttled: every produce request to the output waits delay.
-	slow := newCluster(t)
-	slow.topic("in", partitions)
-	slow.topic("out", partitions)
+	slow := testkit.NewKafka(t)
+	slow.Topic("in", partitions)
+	slow.Topic("out", partitions)
 	inputSmallBatches(t, slow, "in", n, 50, 8<<10)
-	outID := slow.c.TopicInfo("out").TopicID
+	outID := slow.Cluster.TopicInfo("out").TopicID
 	var throttle atomic.Bool
 	throttle.Store(true)
 	unthrottled := make(chan struct{})
@@ -221,12 +223,12 @@ func TestSlowBrokerSlowsTheSource(t *testing.T) {
 	unthrottle := func() { once.Do(func() { throttle.Store(false); close(unthrottled) }) }
 	defer unthrottle() // the broker cannot close while it holds a request
 	var held atomic.Int64
-	slow.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+	slow.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if !throttle.Load() || !producesTo(req, "out", outID) {
 			return nil, nil, false
 		}
 		held.Add(1)
-		slow.c.SleepControl(func() {
+		slow.Cluster.SleepControl(func() {
 			select {
 			case <-time.After(delay):
 			case <-unthrottled:

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/internal/testkit"
 )
 
 // benchInput fills topic with n records of about size bytes each.
-func benchInput(b *testing.B, k *cluster, topic string, n, size int) {
+func benchInput(b *testing.B, k *testkit.Kafka, topic string, n, size int) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -26,7 +28,7 @@ func benchInput(b *testing.B, k *cluster, topic string, n, size int) {
 		key := "k" + strconv.Itoa(i%10000)
 		batch = append(batch, &kgo.Record{Topic: topic, Key: []byte(key), Value: fmt.Appendf(nil, `{"k":%q,"seq":%d,"p":"%s"}`, key, i, pad)})
 		if len(batch) == cap(batch) || i == n-1 {
-			if err := k.cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+			if err := k.Client.ProduceSync(ctx, batch...).FirstErr(); err != nil {
 				b.Fatal(err)
 			}
 			batch = batch[:0]
@@ -51,8 +53,8 @@ func BenchmarkPipeline(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				k := newCluster(b)
-				k.topic("in", 3)
+				k := testkit.NewKafka(b)
+				k.Topic("in", 3)
 				benchInput(b, k, "in", n, 100)
 				body := fmt.Sprintf(`
 instance_id: b
@@ -63,7 +65,7 @@ steps: %s
 sinks: {out: {topic: out}}
 `, tc.steps)
 				cfg := parseConfig(b, body)
-				p, err := New(cfg, nil, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithSeedBrokers(k.addr))
+				p, err := New(cfg, nil, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithSeedBrokers(k.Addr))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -73,7 +75,7 @@ sinks: {out: {topic: out}}
 				done := make(chan error, 1)
 				go func() { done <- p.Run(ctx) }()
 				wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Minute)
-				werr := k.waitCommitted(wctx, "t", "in")
+				werr := k.WaitCommitted(wctx, "t", "in")
 				wcancel()
 				elapsed := time.Since(start)
 				cancel()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/internal/testkit"
 )
 
 func TestNextDeadline(t *testing.T) {
@@ -42,8 +44,8 @@ func TestNextDeadline(t *testing.T) {
 // second to the last but one (the first has no predecessor, and the last is
 // cut short).
 func runSlowCommits(t *testing.T, interval, commit time.Duration) []Checkpoint {
-	k := newCluster(t)
-	k.topic("in", 1)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
 	body := strings.Replace(passThrough, "interval: 100ms", "interval: "+interval.String(), 1)
 	var mu sync.Mutex
 	var cps []Checkpoint
@@ -69,7 +71,7 @@ func runSlowCommits(t *testing.T, interval, commit time.Duration) []Checkpoint {
 		defer close(fed)
 		for i := 0; ctx.Err() == nil; i++ {
 			v := fmt.Sprintf(`{"k":"k%d","seq":%d}`, i%10, i)
-			k.cl.ProduceSync(ctx, &kgo.Record{Topic: "in", Value: []byte(v)})
+			k.Client.ProduceSync(ctx, &kgo.Record{Topic: "in", Value: []byte(v)})
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
@@ -135,8 +137,8 @@ func TestSlowCommitsGetAsLongToRead(t *testing.T) {
 // after the idle stretch are written exactly once, in the transaction the
 // idle checkpoints kept open.
 func TestIdleCheckpointsCommitAtOnce(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 2)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 2)
 	const n = 500
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -155,7 +157,7 @@ func TestIdleCheckpointsCommitAtOnce(t *testing.T) {
 			fed.Add(1)
 			go func() {
 				defer fed.Done()
-				k.input("in", n, 10, nil)
+				k.Input("in", n, 10, nil)
 			}()
 		}
 	}))
@@ -173,7 +175,7 @@ func TestIdleCheckpointsCommitAtOnce(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fed.Wait()
-	werr := k.waitCommitted(wctx, "t", "in")
+	werr := k.WaitCommitted(wctx, "t", "in")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -181,7 +183,7 @@ func TestIdleCheckpointsCommitAtOnce(t *testing.T) {
 	if werr != nil {
 		t.Fatal(werr)
 	}
-	checkExactlyOnce(t, k.readAll("out"), n, nil)
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, nil)
 	mu.Lock()
 	defer mu.Unlock()
 	sorted := slices.Sorted(slices.Values(idle))

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/testkit"
 )
 
 // clientTuned sets every client setting transactOpts maps to a value that
@@ -163,27 +164,27 @@ func TestCompressionNames(t *testing.T) {
 // consumer taking over a partition could read offsets a pending transaction
 // is about to move, and replay or skip records.
 func TestOffsetFetchesRequireStableOffsets(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 1)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
 	var offsetFetches, unstable, fetches, uncommitted atomic.Int32
-	k.c.ControlKey(int16(kmsg.OffsetFetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.c.KeepControl()
+	k.Cluster.ControlKey(int16(kmsg.OffsetFetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
 		offsetFetches.Add(1)
 		if !req.(*kmsg.OffsetFetchRequest).RequireStable {
 			unstable.Add(1)
 		}
 		return nil, nil, false
 	})
-	k.c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.c.KeepControl()
+	k.Cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
 		fetches.Add(1)
 		if req.(*kmsg.FetchRequest).IsolationLevel != 1 {
 			uncommitted.Add(1)
 		}
 		return nil, nil, false
 	})
-	k.input("in", 3, 1, nil)
-	cl, _ := exactlyOnceClient(t, clientDefaults+"consumer: {session_timeout: 6s}\n", k.addr)
+	k.Input("in", 3, 1, nil)
+	cl, _ := exactlyOnceClient(t, clientDefaults+"consumer: {session_timeout: 6s}\n", k.Addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for offsetFetches.Load() == 0 || fetches.Load() == 0 {

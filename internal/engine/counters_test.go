@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/wire"
 )
 
@@ -15,10 +16,10 @@ import (
 // writes); they must count the pipeline's input and output only, with the
 // records through repartition topics apart.
 func TestCountersLeaveRepartitionTopicsOut(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 2)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 2)
 	const n = 1000
-	k.input("in", n, 20, nil)
+	k.Input("in", n, 20, nil)
 	p := newPipeline(t, k, `
 instance_id: i1
 checkpoint: {interval: 100ms, timeout: 10s}
@@ -39,7 +40,7 @@ sinks: {out: {topic: out}}
 	// The input, then what it became in the repartition topic: it is
 	// written only once the input is read.
 	for _, topic := range []string{"in", wire.RepartitionTopic("t", "by_k")} {
-		if err := k.waitCommitted(wctx, "t", topic); err != nil {
+		if err := k.WaitCommitted(wctx, "t", topic); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -47,8 +48,8 @@ sinks: {out: {topic: out}}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	out := k.readAll("out")
-	checkExactlyOnce(t, out, n, nil)
+	out := k.ReadAll("out")
+	testkit.CheckExactlyOnce(t, out, n, nil)
 	st := p.Stats()
 	if st.RecordsIn != n || st.Repartitioned != n || st.RecordsOut != int64(len(out)) {
 		t.Fatalf("records in %d, repartitioned %d, out %d; want %d, %d and %d", st.RecordsIn, st.Repartitioned, st.RecordsOut, n, n, len(out))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/wire"
 )
 
@@ -56,8 +57,8 @@ var direct = strings.NewReplacer(
 // stays null), exactly once through aborted checkpoints and a restart, and
 // a record too large for the producer still goes to the dead-letter topic.
 func TestDirectPassThroughWritesRecordsAsRead(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
 	const n = 6000
 	oversized := map[int]bool{100: true, 4321: true}
 	ts := time.Date(2026, 3, 4, 5, 6, 7, 8e6, time.UTC)
@@ -88,7 +89,7 @@ func TestDirectPassThroughWritesRecordsAsRead(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+	if err := k.Client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	body := direct + "producer: {batch_max_bytes: 2048}\n"
@@ -122,12 +123,12 @@ func TestDirectPassThroughWritesRecordsAsRead(t *testing.T) {
 	if committed.Load() < 2 {
 		t.Fatalf("the first run committed %d checkpoints", committed.Load())
 	}
-	runUntilCommitted(t, k, p, "t", "in")
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
 	if fired.Load() == 0 {
 		t.Fatal("no checkpoint was aborted")
 	}
 
-	out := k.readAll("out")
+	out := k.ReadAll("out")
 	if len(out) != len(want) {
 		t.Errorf("%d outputs, want %d", len(out), len(want))
 	}
@@ -146,7 +147,7 @@ func TestDirectPassThroughWritesRecordsAsRead(t *testing.T) {
 			t.Fatalf("input %s: %s", seq, problem)
 		}
 	}
-	dlq := k.readAll("dlq")
+	dlq := k.ReadAll("dlq")
 	if len(dlq) != len(oversized) {
 		t.Fatalf("%d dead letters, want %d", len(dlq), len(oversized))
 	}

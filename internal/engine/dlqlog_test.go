@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pipeline-run/pipeline/internal/testkit"
 )
 
 type lockedBuffer struct {
@@ -34,14 +36,14 @@ func (l *lockedBuffer) String() string {
 // went unlogged. The same run checks that checkpoint.max_records ends a
 // checkpoint early and is never exceeded.
 func TestDeadLettersAreLoggedAtABoundedRateAndCheckpointsCapped(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
 	const n, maxRecords = 3000, 300
 	poison := map[int]bool{}
 	for i := 0; i < n; i += 3 {
 		poison[i] = true
 	}
-	k.input("in", n, 50, poison)
+	k.Input("in", n, 50, poison)
 	var logs lockedBuffer
 	var mu sync.Mutex
 	var sizes []int
@@ -58,11 +60,11 @@ func TestDeadLettersAreLoggedAtABoundedRateAndCheckpointsCapped(t *testing.T) {
 			mu.Unlock()
 		}))
 	start := time.Now()
-	runUntilCommitted(t, k, p, "t", "in")
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
 	elapsed := time.Since(start)
 
-	checkExactlyOnce(t, k.readAll("out"), n, poison)
-	if dlq := k.readAll("dlq"); len(dlq) != len(poison) {
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, poison)
+	if dlq := k.ReadAll("dlq"); len(dlq) != len(poison) {
 		t.Fatalf("%d dead letters, want %d", len(dlq), len(poison))
 	}
 

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,14 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
-	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/pipeline-run/pipeline/pipeline/ops"
 	"github.com/pipeline-run/pipeline/wire"
@@ -32,189 +28,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// cluster is an in-process embedded broker for one test.
-type cluster struct {
-	t    testing.TB
-	c    *kfake.Cluster
-	adm  *kadm.Client
-	cl   *kgo.Client
-	addr string
-}
-
-func newCluster(t testing.TB, opts ...kfake.Opt) *cluster {
-	t.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &cluster{t: t, c: c, adm: kadm.NewClient(cl), cl: cl, addr: c.ListenAddrs()[0]}
-	t.Cleanup(func() { cl.Close(); c.Close() })
-	return k
-}
-
-func (k *cluster) topic(name string, partitions int32) {
-	k.t.Helper()
-	if err := k.c.CreateTopic(name, partitions, nil); err != nil {
-		k.t.Fatal(err)
-	}
-}
-
-// input writes n records keyed k<i%keys> with value {"k":..,"seq":i}, in
-// order, and returns when all are acknowledged. poison lists seqs written
-// as broken JSON instead.
-func (k *cluster) input(topic string, n, keys int, poison map[int]bool) {
-	k.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rs := make([]*kgo.Record, n)
-	for i := range rs {
-		key := "k" + strconv.Itoa(i%keys)
-		v := fmt.Sprintf(`{"k":%q,"seq":%d}`, key, i)
-		if poison[i] {
-			v = `{"k":` + strconv.Quote(key) + `,"seq":`
-		}
-		rs[i] = &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(v)}
-	}
-	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-		k.t.Fatal(err)
-	}
-}
-
-// waitCommitted polls until group has committed, on every partition of
-// topic, the offset after its last record visible to read_committed. (A
-// topic written in transactions ends with a marker no consumer commits
-// past.) The topic must not grow meanwhile.
-func (k *cluster) waitCommitted(ctx context.Context, group, topic string) error {
-	recs, err := offsets.ReadToEnd(ctx, k.cl, topic, true)
-	if err != nil {
-		return err
-	}
-	want := map[int32]int64{}
-	for _, r := range recs {
-		want[r.Partition] = r.Offset + 1
-	}
-	for {
-		offs, err := k.adm.FetchOffsets(ctx, group)
-		if err == nil {
-			done := true
-			for p, o := range want {
-				if c, ok := offs.Lookup(topic, p); !ok || c.At < o {
-					done = false
-				}
-			}
-			if done {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("group %s did not commit the end of %s: %w", group, topic, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// readAll reads topic with read_committed from the start to its end.
-func (k *cluster) readAll(topic string) []*kgo.Record {
-	k.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := offsets.ReadToEnd(ctx, k.cl, topic, true)
-	if err != nil {
-		k.t.Fatalf("reading %s: %v", topic, err)
-	}
-	return out
-}
-
-// checkExactlyOnce asserts every input seq outside skip appears exactly once
-// in out, and per key in increasing order.
-func checkExactlyOnce(t *testing.T, out []*kgo.Record, n int, skip map[int]bool) {
-	t.Helper()
-	if problems := exactlyOnceProblems(out, n, skip); len(problems) > 0 {
-		t.Fatal(strings.Join(problems, "\n"))
-	}
-}
-
-func exactlyOnceProblems(out []*kgo.Record, n int, skip map[int]bool) []string {
-	var problems []string
-	seen := make([]int, n)
-	last := map[string]int{}
-	for _, r := range out {
-		var v struct {
-			K   string `json:"k"`
-			Seq int    `json:"seq"`
-		}
-		if err := json.Unmarshal(r.Value, &v); err != nil {
-			return append(problems, fmt.Sprintf("output %s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err))
-		}
-		if v.Seq < 0 || v.Seq >= n {
-			return append(problems, fmt.Sprintf("output seq %d out of range", v.Seq))
-		}
-		seen[v.Seq]++
-		if p, ok := last[v.K]; ok && v.Seq <= p {
-			problems = append(problems, fmt.Sprintf("key %s: seq %d after %d (order broken) at %s/%d@%d", v.K, v.Seq, p, r.Topic, r.Partition, r.Offset))
-		}
-		last[v.K] = v.Seq
-	}
-	var lost, dup []int
-	for i, c := range seen {
-		switch {
-		case skip[i] && c != 0:
-			problems = append(problems, fmt.Sprintf("seq %d should not be in the output", i))
-		case skip[i]:
-		case c == 0:
-			lost = append(lost, i)
-		case c > 1:
-			dup = append(dup, i)
-		}
-	}
-	if len(lost) > 0 || len(dup) > 0 {
-		problems = append(problems, fmt.Sprintf("%d lost (first %v), %d duplicated (first %v)", len(lost), head(lost), len(dup), head(dup)))
-	}
-	return problems
-}
-
-func head(s []int) []int {
-	if len(s) > 5 {
-		return s[:5]
-	}
-	return s
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	if os.Getenv("PIPELINE_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-// runUntilCommitted runs p until its group has committed the end of the
-// input topic, then stops it and returns Run's error.
-func runUntilCommitted(t *testing.T, k *cluster, p *Pipeline, group, topic string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	wctx, wcancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer wcancel()
-	werr := k.waitCommitted(wctx, group, topic)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	if werr != nil {
-		t.Fatal(werr)
-	}
-}
-
-func newPipeline(t *testing.T, k *cluster, body string, reg *pipeline.Registry, opts ...Option) *Pipeline {
+func newPipeline(t *testing.T, k *testkit.Kafka, body string, reg *pipeline.Registry, opts ...Option) *Pipeline {
 	t.Helper()
 	cfg := parseConfig(t, body)
-	p, err := New(cfg, reg, append([]Option{WithLogger(testLogger(t)), WithSeedBrokers(k.addr)}, opts...)...)
+	p, err := New(cfg, reg, append([]Option{WithLogger(testkit.Logger(t)), WithSeedBrokers(k.Addr)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,15 +50,15 @@ dead_letter: {topic: dlq}
 `
 
 func TestPassThroughIsExactlyOnceWithDeadLetters(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
 	const n = 5000
 	poison := map[int]bool{17: true, 2500: true, 4999: true}
-	k.input("in", n, 50, poison)
+	k.Input("in", n, 50, poison)
 	p := newPipeline(t, k, passThrough, nil)
-	runUntilCommitted(t, k, p, "t", "in")
-	checkExactlyOnce(t, k.readAll("out"), n, poison)
-	dlq := k.readAll("dlq")
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, poison)
+	dlq := k.ReadAll("dlq")
 	if len(dlq) != len(poison) {
 		t.Fatalf("%d dead letters, want %d", len(dlq), len(poison))
 	}
@@ -262,70 +79,69 @@ func TestPassThroughIsExactlyOnceWithDeadLetters(t *testing.T) {
 }
 
 func TestInjectedProduceFailuresAbortAndReplay(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
 	const n = 20000
-	k.input("in", n, 100, nil)
+	k.Input("in", n, 100, nil)
 	// Fail some produce requests to the output with an error the client
 	// does not retry: each fails its checkpoint, which must abort and
 	// replay without losing or doubling anything.
-	h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: 4})
+	h := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: 4})
 	var aborted atomic.Int64
 	p := newPipeline(t, k, passThrough, nil, WithCheckpointObserver(func(cp Checkpoint) {
 		if !cp.Committed {
 			aborted.Add(1)
 		}
 	}))
-	runUntilCommitted(t, k, p, "t", "in")
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
 	if h.Hits() == 0 {
 		t.Fatal("the produce fault never fired")
 	}
 	if aborted.Load() == 0 || p.Stats().Aborted == 0 {
 		t.Fatalf("no checkpoint aborted although %d produce requests failed", h.Hits())
 	}
-	checkExactlyOnce(t, k.readAll("out"), n, nil)
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, nil)
 	t.Logf("%d produce faults fired, %d checkpoints aborted, %d rebuilds, %d committed", h.Hits(), aborted.Load(), p.Stats().Rebuilds, p.Stats().Committed)
 }
 
 func TestEveryThirdCheckpointAbortedOnPurpose(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
 	const n = 20000
-	k.input("in", n, 100, nil)
-	var fired atomic.Int64
+	k.Input("in", n, 100, nil)
+	every := testkit.NewEveryNth(3)
 	p := newPipeline(t, k, passThrough, nil, WithBeforeCommit(func(cp Checkpoint) error {
-		if cp.ID%3 == 0 && cp.Records > 0 {
-			fired.Add(1)
+		if cp.Records > 0 && every.Hit() {
 			return errors.New("injected")
 		}
 		return nil
 	}))
-	runUntilCommitted(t, k, p, "t", "in")
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
 	st := p.Stats()
-	if fired.Load() == 0 || st.Aborted < fired.Load() {
-		t.Fatalf("%d faults fired, %d checkpoints aborted", fired.Load(), st.Aborted)
+	if every.Fired() == 0 || st.Aborted < every.Fired() {
+		t.Fatalf("%d faults fired, %d checkpoints aborted", every.Fired(), st.Aborted)
 	}
 	if st.Rebuilds != 0 {
 		t.Fatalf("a clean abort rebuilt the client %d times", st.Rebuilds)
 	}
-	checkExactlyOnce(t, k.readAll("out"), n, nil)
-	t.Logf("%d checkpoints aborted on purpose, %d committed", fired.Load(), st.Committed)
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, nil)
+	t.Logf("%d checkpoints aborted on purpose, %d committed", every.Fired(), st.Committed)
 }
 
 func TestLostEndTxnAnswerIsResolvedNotGuessed(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 2)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 2)
 	const n = 5000
-	k.input("in", n, 20, nil)
+	k.Input("in", n, 20, nil)
 	// REQUEST_TIMED_OUT on EndTxn: the broker applies the commit but the
 	// answer says it failed. The pipeline must not guess either way.
-	h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut, Count: 3})
+	h := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut, Count: 3})
 	p := newPipeline(t, k, passThrough, nil)
-	runUntilCommitted(t, k, p, "t", "in")
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
 	if h.Hits() == 0 {
 		t.Fatal("the EndTxn fault never fired")
 	}
-	checkExactlyOnce(t, k.readAll("out"), n, nil)
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, nil)
 	t.Logf("%d EndTxn faults fired; stats %+v", h.Hits(), p.Stats())
 }
 
@@ -356,10 +172,10 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 			name = "without the drain the check fails (the test can fail)"
 		}
 		t.Run(name, func(t *testing.T) {
-			k := newCluster(t)
-			k.topic("in", 2)
+			k := testkit.NewKafka(t)
+			k.Topic("in", 2)
 			const n = 3000
-			k.input("in", n, 40, nil)
+			k.Input("in", n, 40, nil)
 			// A checkpoint whose barrier found the workers holding records
 			// commits, and the next one aborts. Without the drain, the
 			// barrier also closes the workers' gate: what they still hold is
@@ -412,7 +228,7 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- p.Run(ctx) }()
 			wctx, wcancel := context.WithTimeout(context.Background(), 60*time.Second)
-			werr := k.waitCommitted(wctx, "t", "in")
+			werr := k.WaitCommitted(wctx, "t", "in")
 			wcancel()
 			cancel()
 			rerr := <-done
@@ -422,13 +238,13 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 			if aborts.Load() == 0 {
 				t.Fatal("no checkpoint was aborted")
 			}
-			out := k.readAll("out")
+			out := k.ReadAll("out")
 			if skipDrain {
 				if heldAtCommit.Load() == 0 {
 					t.Fatal("no worker still held a record when its checkpoint committed: the fault never fired")
 				}
 				// The gate makes the loss certain, so the check must see it.
-				problems := exactlyOnceProblems(out, n, nil)
+				problems := testkit.ExactlyOnceProblems(out, n, nil)
 				if len(problems) == 0 {
 					t.Fatalf("skipping the drain went unnoticed (wait err %v, run err %v)", werr, rerr)
 				}
@@ -439,16 +255,16 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 			if werr != nil || rerr != nil {
 				t.Fatalf("wait: %v, run: %v", werr, rerr)
 			}
-			checkExactlyOnce(t, out, n, nil)
+			testkit.CheckExactlyOnce(t, out, n, nil)
 		})
 	}
 }
 
 func TestStopsAtABadRecordWithoutADeadLetterTopic(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 1)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
 	const n, bad = 1000, 600
-	k.input("in", n, 10, map[int]bool{bad: true})
+	k.Input("in", n, 10, map[int]bool{bad: true})
 	body := strings.Replace(passThrough, "dead_letter: {topic: dlq}\n", "", 1)
 	p := newPipeline(t, k, body, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -464,14 +280,14 @@ func TestStopsAtABadRecordWithoutADeadLetterTopic(t *testing.T) {
 	if !strings.Contains(err.Error(), fmt.Sprintf("in/0@%d", bad)) {
 		t.Fatalf("message does not name the position: %v", err)
 	}
-	offs, ferr := k.adm.FetchOffsets(context.Background(), "t")
+	offs, ferr := k.Admin.FetchOffsets(context.Background(), "t")
 	if ferr != nil {
 		t.Fatal(ferr)
 	}
 	if c, ok := offs.Lookup("in", 0); ok && c.At > bad {
 		t.Fatalf("committed offset %d is past the bad record at %d", c.At, bad)
 	}
-	for _, r := range k.readAll("out") {
+	for _, r := range k.ReadAll("out") {
 		var v struct{ Seq int }
 		_ = json.Unmarshal(r.Value, &v)
 		if v.Seq >= bad {
@@ -482,8 +298,8 @@ func TestStopsAtABadRecordWithoutADeadLetterTopic(t *testing.T) {
 
 func TestStartupChecks(t *testing.T) {
 	t.Run("a transaction time-out above the broker's maximum names both values", func(t *testing.T) {
-		k := newCluster(t, kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "10000"}))
-		k.topic("in", 1)
+		k := testkit.NewKafka(t, kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "10000"}))
+		k.Topic("in", 1)
 		p := newPipeline(t, k, passThrough, nil)
 		err := p.Run(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "transactions.timeout (20s)") || !strings.Contains(err.Error(), "transaction.max.timeout.ms (10s)") {
@@ -491,7 +307,7 @@ func TestStartupChecks(t *testing.T) {
 		}
 	})
 	t.Run("a missing source topic is named with its YAML path", func(t *testing.T) {
-		k := newCluster(t)
+		k := testkit.NewKafka(t)
 		p := newPipeline(t, k, passThrough, nil)
 		err := p.Run(context.Background())
 		if err == nil || !strings.Contains(err.Error(), `sources.in.topics[0]: topic "in" does not exist`) {
@@ -499,9 +315,9 @@ func TestStartupChecks(t *testing.T) {
 		}
 	})
 	t.Run("an output topic with other partitions than configured is refused", func(t *testing.T) {
-		k := newCluster(t)
-		k.topic("in", 1)
-		k.topic("out", 2)
+		k := testkit.NewKafka(t)
+		k.Topic("in", 1)
+		k.Topic("out", 2)
 		body := strings.Replace(passThrough, "sinks: {out: {topic: out}}", "sinks: {out: {topic: out, partitions: 3}}", 1)
 		p := newPipeline(t, k, body, nil)
 		err := p.Run(context.Background())
@@ -512,14 +328,14 @@ func TestStartupChecks(t *testing.T) {
 	t.Run("missing output topics are created like the source", func(t *testing.T) {
 		// Two brokers: the broker's default replication factor is then 2,
 		// so the factor 1 the config asks for shows.
-		k := newCluster(t, kfake.NumBrokers(2))
-		k.topic("in", 4)
+		k := testkit.NewKafka(t, kfake.NumBrokers(2))
+		k.Topic("in", 4)
 		p := newPipeline(t, k, passThrough+"topics: {replication_factor: 1, configs: {retention.ms: \"12345\"}}\n", nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- p.Run(ctx) }()
 		deadline := time.Now().Add(10 * time.Second)
-		for k.c.TopicInfo("out") == nil || k.c.TopicInfo("dlq") == nil {
+		for k.Cluster.TopicInfo("out") == nil || k.Cluster.TopicInfo("dlq") == nil {
 			if time.Now().After(deadline) {
 				t.Fatal("output topics not created")
 			}
@@ -529,12 +345,12 @@ func TestStartupChecks(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if got := len(k.c.PartitionInfos("out")); got != 4 {
+		if got := len(k.Cluster.PartitionInfos("out")); got != 4 {
 			t.Fatalf("out has %d partitions, want 4", got)
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		details, err := k.adm.ListTopics(ctx, "out", "dlq")
+		details, err := k.Admin.ListTopics(ctx, "out", "dlq")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -549,7 +365,7 @@ func TestStartupChecks(t *testing.T) {
 				}
 			}
 		}
-		rcs, err := k.adm.DescribeTopicConfigs(ctx, "out", "dlq")
+		rcs, err := k.Admin.DescribeTopicConfigs(ctx, "out", "dlq")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -575,8 +391,8 @@ func TestStartupChecks(t *testing.T) {
 }
 
 func TestOversizedOutputsGoToTheDeadLetterTopic(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 1)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Records 3 and 7 carry a pad too large for producer.batch_max_bytes.
@@ -588,15 +404,15 @@ func TestOversizedOutputsGoToTheDeadLetterTopic(t *testing.T) {
 		}
 		rs = append(rs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: fmt.Appendf(nil, `{"k":"k","seq":%d,"pad":%q}`, i, pad)})
 	}
-	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+	if err := k.Client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	body := strings.Replace(passThrough, `steps: [{map: "{k: value.k, seq: value.seq}"}]`, `steps: [{map: "{k: value.k, seq: value.seq, pad: value.pad}"}]`, 1)
 	body += "producer: {batch_max_bytes: 2048}\n"
 	p := newPipeline(t, k, body, nil)
-	runUntilCommitted(t, k, p, "t", "in")
-	checkExactlyOnce(t, k.readAll("out"), 10, map[int]bool{3: true, 7: true})
-	dlq := k.readAll("dlq")
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), 10, map[int]bool{3: true, 7: true})
+	dlq := k.ReadAll("dlq")
 	if len(dlq) != 2 {
 		t.Fatalf("%d dead letters, want 2", len(dlq))
 	}
@@ -623,10 +439,10 @@ func headerOf(r *kgo.Record, k string) (string, bool) {
 }
 
 func TestRecordsTheBrokerAlwaysRefusesStopThePipeline(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 1)
-	k.input("in", 100, 10, nil)
-	h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: -1})
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
+	k.Input("in", 100, 10, nil)
+	h := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Err: kerr.InvalidRecord, Count: -1})
 	defer h.Remove()
 	p := newPipeline(t, k, passThrough, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -638,7 +454,7 @@ func TestRecordsTheBrokerAlwaysRefusesStopThePipeline(t *testing.T) {
 	if h.Hits() < maxRefusedInARow {
 		t.Fatalf("the fault fired %d times", h.Hits())
 	}
-	if got := k.readAll("out"); len(got) != 0 {
+	if got := k.ReadAll("out"); len(got) != 0 {
 		t.Fatalf("%d records visible", len(got))
 	}
 }
@@ -647,11 +463,11 @@ func TestRecordsTheBrokerAlwaysRefusesStopThePipeline(t *testing.T) {
 // transactions, every third of them aborted: read_committed must keep the
 // aborted records out, and everything committed must come through once.
 func TestAbortedInputNeverReachesTheOutput(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 2)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	txn, err := kgo.NewClient(kgo.SeedBrokers(k.addr), kgo.TransactionalID("input-writer"))
+	txn, err := kgo.NewClient(kgo.SeedBrokers(k.Addr), kgo.TransactionalID("input-writer"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -677,8 +493,8 @@ func TestAbortedInputNeverReachesTheOutput(t *testing.T) {
 		}
 	}
 	p := newPipeline(t, k, passThrough, nil)
-	runUntilCommitted(t, k, p, "t", "in")
-	checkExactlyOnce(t, k.readAll("out"), batches*per, aborted)
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), batches*per, aborted)
 	if got := p.Stats().RecordsIn; got != int64(batches*per-len(aborted)) {
 		t.Fatalf("the pipeline read %d records, want the %d committed ones", got, batches*per-len(aborted))
 	}

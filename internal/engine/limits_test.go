@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/wire"
 )
 
@@ -22,9 +23,9 @@ import (
 // batches are sized by the topic's limit and the oversized records go to
 // the dead-letter topic, once, with nothing aborted.
 func TestRecordsTooLargeForTheOutputTopicGoToTheDeadLetterTopic(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 2)
-	if err := k.c.CreateTopic("out", 2, map[string]string{"max.message.bytes": "2000"}); err != nil {
+	k := testkit.NewKafka(t)
+	k.Topic("in", 2)
+	if err := k.Cluster.CreateTopic("out", 2, map[string]string{"max.message.bytes": "2000"}); err != nil {
 		t.Fatal(err)
 	}
 	const n = 3000
@@ -41,14 +42,14 @@ func TestRecordsTooLargeForTheOutputTopicGoToTheDeadLetterTopic(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+	if err := k.Client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	body := strings.Replace(passThrough, `steps: [{map: "{k: value.k, seq: value.seq}"}]`, `steps: [{map: "{k: value.k, seq: value.seq, pad: value.pad}"}]`, 1)
 	p := newPipeline(t, k, body, nil)
-	runUntilCommitted(t, k, p, "t", "in")
-	checkExactlyOnce(t, k.readAll("out"), n, big)
-	dlq := k.readAll("dlq")
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, big)
+	dlq := k.ReadAll("dlq")
 	seen := map[int]int{}
 	for _, r := range dlq {
 		var v struct{ Seq int }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/txsink"
 )
 
@@ -50,11 +51,11 @@ func bufferLogger(b *syncBuffer) *slog.Logger {
 // to retry at once, for ever, logging every attempt and counting none. It
 // must stop with the setting named, having counted what it aborted.
 func TestATransactionTimeoutTheBrokersRefuseStopsThePipeline(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 1)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
 	var refused atomic.Int64
-	k.c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		k.c.KeepControl()
+	k.Cluster.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
 		if kreq.(*kmsg.InitProducerIDRequest).TransactionalID == nil {
 			return nil, nil, false
 		}
@@ -63,10 +64,10 @@ func TestATransactionTimeoutTheBrokersRefuseStopsThePipeline(t *testing.T) {
 		resp.ErrorCode = kerr.InvalidTransactionTimeout.Code
 		return resp, nil, true
 	})
-	k.input("in", 100, 10, nil)
+	k.Input("in", 100, 10, nil)
 	var logs syncBuffer
 	cfg := parseConfig(t, passThrough)
-	p, err := New(cfg, nil, WithLogger(bufferLogger(&logs)), WithSeedBrokers(k.addr))
+	p, err := New(cfg, nil, WithLogger(bufferLogger(&logs)), WithSeedBrokers(k.Addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestATransactionTimeoutTheBrokersRefuseStopsThePipeline(t *testing.T) {
 	if n := logs.count("checkpoint aborted") + logs.count("checkpoint failed"); n > 5 {
 		t.Fatalf("%d lines about failed checkpoints before stopping; the log:\n%s", n, logs.String())
 	}
-	if got := k.readAll("out"); len(got) != 0 {
+	if got := k.ReadAll("out"); len(got) != 0 {
 		t.Fatalf("%d outputs visible", len(got))
 	}
 }
@@ -108,12 +109,12 @@ func TestATransactionTimeoutTheBrokersRefuseStopsThePipeline(t *testing.T) {
 // alone is proof of a twin, and the pipeline must stop at once, without
 // waiting to be fenced as a producer too.
 func TestATwinsGroupFenceStopsThePipelineAtOnce(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 2)
-	k.input("in", 200, 10, nil)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 2)
+	k.Input("in", 200, 10, nil)
 	var logs syncBuffer
 	cfg := parseConfig(t, passThrough)
-	p, err := New(cfg, nil, WithLogger(bufferLogger(&logs)), WithSeedBrokers(k.addr))
+	p, err := New(cfg, nil, WithLogger(bufferLogger(&logs)), WithSeedBrokers(k.Addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,14 +123,14 @@ func TestATwinsGroupFenceStopsThePipelineAtOnce(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+	if err := k.WaitCommitted(wctx, "t", "in"); err != nil {
 		t.Fatal(err)
 	}
 	wcancel()
 
 	assigned := make(chan struct{})
 	var once sync.Once
-	twin, err := kgo.NewClient(kgo.SeedBrokers(k.addr), kgo.ConsumerGroup("t"), kgo.ConsumeTopics("in"),
+	twin, err := kgo.NewClient(kgo.SeedBrokers(k.Addr), kgo.ConsumerGroup("t"), kgo.ConsumeTopics("in"),
 		kgo.InstanceID("i1"), kgo.SessionTimeout(6*time.Second), kgo.Balancers(kgo.RangeBalancer()),
 		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { once.Do(func() { close(assigned) }) }))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/wire"
 )
 
@@ -32,11 +33,11 @@ sinks: {out: {topic: out}}
 `
 
 // produceTo writes keys[i] with value {"seq":i} to partition p of in.
-func (k *cluster) produceTo(p int32, keys []string, from int) {
-	k.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.addr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+func produceTo(k *testkit.Kafka, p int32, keys []string, from int) {
+	k.T.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
-		k.t.Fatal(err)
+		k.T.Fatal(err)
 	}
 	defer cl.Close()
 	rs := make([]*kgo.Record, len(keys))
@@ -46,7 +47,7 @@ func (k *cluster) produceTo(p int32, keys []string, from int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-		k.t.Fatal(err)
+		k.T.Fatal(err)
 	}
 }
 
@@ -68,19 +69,19 @@ func keysOf(prefix string, n int) []string {
 // the restore began again. Now partition 1 must commit while partition 0
 // restores, no checkpoint may abort, and the counts must be exact.
 func TestALongRestoreKeepsNoOtherPartitionWaiting(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 2)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 2)
 	big, small := keysOf("a", 4000), keysOf("b", 5)
-	k.produceTo(0, big, 0)
-	k.produceTo(1, small, 0)
-	runUntilCommitted(t, k, newPipeline(t, k, restoringCount, nil), "t", "in")
+	produceTo(k, 0, big, 0)
+	produceTo(k, 1, small, 0)
+	testkit.RunUntilCommitted(t, k, newPipeline(t, k, restoringCount, nil), "t", "in")
 
 	changelog := wire.ChangelogTopic("t", "per_key")
-	id := k.c.TopicInfo(changelog).TopicID
+	id := k.Cluster.TopicInfo(changelog).TopicID
 	var held atomic.Int64
 	var restoreFetched atomic.Int64 // unix nanos the last held fetch was let go
-	k.c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		k.c.KeepControl()
+	k.Cluster.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
 		for _, rt := range kreq.(*kmsg.FetchRequest).Topics {
 			if rt.Topic != changelog && rt.TopicID != id {
 				continue
@@ -88,7 +89,7 @@ func TestALongRestoreKeepsNoOtherPartitionWaiting(t *testing.T) {
 			for _, rp := range rt.Partitions {
 				if rp.Partition == 0 {
 					held.Add(1)
-					k.c.SleepControl(func() { time.Sleep(5 * time.Second) })
+					k.Cluster.SleepControl(func() { time.Sleep(5 * time.Second) })
 					restoreFetched.Store(time.Now().UnixNano())
 					return nil, nil, false
 				}
@@ -106,13 +107,13 @@ func TestALongRestoreKeepsNoOtherPartitionWaiting(t *testing.T) {
 	ended := make(chan struct{})
 	var runErr error
 	go func() { runErr = <-done; close(ended) }()
-	k.produceTo(0, big[:100], 2000)
+	produceTo(k, 0, big[:100], 2000)
 	waitFor(t, ended, 20*time.Second, "partition 0 restoring apart", func() bool { return p.Stats().Restoring == 1 })
-	k.produceTo(1, small, 1000)
+	produceTo(k, 1, small, 1000)
 	// Partition 1 ends at 10 records and a marker after each of the two
 	// runs' transactions that wrote it: its committed offset passes 10.
 	waitFor(t, ended, 20*time.Second, "partition 1's new records committed", func() bool {
-		offs, err := k.adm.FetchOffsets(ctx, "t")
+		offs, err := k.Admin.FetchOffsets(ctx, "t")
 		if err != nil {
 			return false
 		}
@@ -126,7 +127,7 @@ func TestALongRestoreKeepsNoOtherPartitionWaiting(t *testing.T) {
 	waitFor(t, ended, 30*time.Second, "the restore to end", func() bool { return p.Stats().Restoring == 0 })
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
-	if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+	if err := k.WaitCommitted(wctx, "t", "in"); err != nil {
 		t.Fatal(err)
 	}
 	restored := time.Unix(0, restoreFetched.Load())
@@ -155,7 +156,7 @@ func TestALongRestoreKeepsNoOtherPartitionWaiting(t *testing.T) {
 		want[key] = 2
 	}
 	got := map[string]int{}
-	for _, r := range k.readAll("out") {
+	for _, r := range k.ReadAll("out") {
 		x, err := codec.DecodeJSON(r.Value)
 		if err != nil {
 			t.Fatal(err)
@@ -182,10 +183,10 @@ func TestALongRestoreKeepsNoOtherPartitionWaiting(t *testing.T) {
 // from the changelog again (on a large state, a restore as long as the
 // first). Now the state is kept and only the changelog's tail is read.
 func TestARebuildKeepsTheRestoredState(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 1)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
 	keys := keysOf("a", 3000)
-	k.produceTo(0, keys, 0)
+	produceTo(k, 0, keys, 0)
 	p := newPipeline(t, k, restoringCount, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -196,16 +197,16 @@ func TestARebuildKeepsTheRestoredState(t *testing.T) {
 	go func() { runErr = <-done; close(ended) }()
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
-	if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+	if err := k.WaitCommitted(wctx, "t", "in"); err != nil {
 		t.Fatal(err)
 	}
 	before := p.Stats()
-	h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut})
+	h := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut})
 	defer h.Remove()
-	k.produceTo(0, keys[:10], 5000)
+	produceTo(k, 0, keys[:10], 5000)
 	waitFor(t, ended, 30*time.Second, "a rebuild", func() bool { return p.Stats().Rebuilds > before.Rebuilds })
-	k.produceTo(0, keys[:10], 6000)
-	if err := k.waitCommitted(wctx, "t", "in"); err != nil {
+	produceTo(k, 0, keys[:10], 6000)
+	if err := k.WaitCommitted(wctx, "t", "in"); err != nil {
 		t.Fatal(err)
 	}
 	after := p.Stats()
@@ -220,7 +221,7 @@ func TestARebuildKeepsTheRestoredState(t *testing.T) {
 	if n := after.Restored - before.Restored; n >= int64(len(keys)) {
 		t.Fatalf("the rebuild restored %d changelog records: the state of %d keys was thrown away and read again", n, len(keys))
 	}
-	for _, r := range k.readAll("out") {
+	for _, r := range k.ReadAll("out") {
 		x, err := codec.DecodeJSON(r.Value)
 		if err != nil {
 			t.Fatal(err)
@@ -241,20 +242,20 @@ func TestARebuildKeepsTheRestoredState(t *testing.T) {
 // stateful pipeline started about 5 s late, and the benchmark's keyed count
 // ran at a third of its speed.
 func TestNoClientCachesATopicListWithoutTheChangelog(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 2)
-	k.produceTo(0, keysOf("a", 50), 0)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 2)
+	produceTo(k, 0, keysOf("a", 50), 0)
 	changelog := wire.ChangelogTopic("t", "per_key")
 	var stale, asked atomic.Int64
-	k.c.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		k.c.KeepControl()
+	k.Cluster.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
 		asked.Add(1)
-		if kreq.(*kmsg.MetadataRequest).Topics == nil && k.c.TopicInfo(changelog) == nil {
+		if kreq.(*kmsg.MetadataRequest).Topics == nil && k.Cluster.TopicInfo(changelog) == nil {
 			stale.Add(1)
 		}
 		return nil, nil, false
 	})
-	runUntilCommitted(t, k, newPipeline(t, k, restoringCount, nil), "t", "in")
+	testkit.RunUntilCommitted(t, k, newPipeline(t, k, restoringCount, nil), "t", "in")
 	if asked.Load() == 0 {
 		t.Fatal("the broker saw no metadata request: the check watched nothing")
 	}

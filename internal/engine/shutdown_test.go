@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
+
+	"github.com/pipeline-run/pipeline/internal/testkit"
 )
 
 // sinkClient catches the transactional client a pipeline makes (and
@@ -40,15 +42,15 @@ func producesTo(req kmsg.Request, topic string, id [16]byte) bool {
 // holdProduces makes the broker keep every produce request to topic,
 // without an answer, while hold is set and until release is closed. It
 // returns how many requests it held.
-func holdProduces(k *cluster, topic string, hold *atomic.Bool, release <-chan struct{}) *atomic.Int64 {
-	id := k.c.TopicInfo(topic).TopicID
+func holdProduces(k *testkit.Kafka, topic string, hold *atomic.Bool, release <-chan struct{}) *atomic.Int64 {
+	id := k.Cluster.TopicInfo(topic).TopicID
 	var held atomic.Int64
-	k.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+	k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if !hold.Load() || !producesTo(req, topic, id) {
 			return nil, nil, false
 		}
 		held.Add(1)
-		k.c.SleepControl(func() { <-release })
+		k.Cluster.SleepControl(func() { <-release })
 		return nil, nil, false // then handled as usual
 	})
 	return &held
@@ -101,11 +103,11 @@ func TestShutdownIsBoundedWhenTheBrokerStopsAnsweringProduces(t *testing.T) {
 			before := goleak.IgnoreCurrent()
 			t.Cleanup(func() { goleak.VerifyNone(t, before) })
 
-			k := newCluster(t)
-			k.topic("in", 2)
-			k.topic("out", 2)
+			k := testkit.NewKafka(t)
+			k.Topic("in", 2)
+			k.Topic("out", 2)
 			const n = 20000
-			k.input("in", n, 50, nil)
+			k.Input("in", n, 50, nil)
 			body := fmt.Sprintf(shutdownConfig, c.buffer)
 			cfg := parseConfig(t, body)
 
@@ -190,8 +192,8 @@ func TestShutdownIsBoundedWhenTheBrokerStopsAnsweringProduces(t *testing.T) {
 			// invisible.
 			unhold()
 			p2 := newPipeline(t, k, body, nil)
-			runUntilCommitted(t, k, p2, "t", "in")
-			checkExactlyOnce(t, k.readAll("out"), n, nil)
+			testkit.RunUntilCommitted(t, k, p2, "t", "in")
+			testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, nil)
 			t.Logf("%d produce requests held; Run returned %s after the stop (grace %s), the last checkpoint failing with: %v; first run committed %d records (%d checkpoints, empty ones included), the restart %d",
 				heldAtStop, took.Round(time.Millisecond), cfg.Checkpoint.Timeout, lastCheckpoint().Err, committedRecords.Load(), committedBefore, p2.Stats().RecordsIn)
 		})

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
+	"github.com/pipeline-run/pipeline/internal/testkit"
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/pipeline-run/pipeline/pipeline/ops"
@@ -28,7 +29,7 @@ import (
 
 // rekeyedInput writes records seq from..to-1 to "in", keyed by user, with
 // the region each belongs to, and adds them to want (region → count, sum).
-func rekeyedInput(t *testing.T, k *cluster, from, to, users, regions int, want map[string][2]int) {
+func rekeyedInput(t *testing.T, k *testkit.Kafka, from, to, users, regions int, want map[string][2]int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -42,7 +43,7 @@ func rekeyedInput(t *testing.T, k *cluster, from, to, users, regions int, want m
 			want[region] = [2]int{w[0] + 1, w[1] + i}
 		}
 	}
-	if err := k.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+	if err := k.Client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -50,12 +51,12 @@ func rekeyedInput(t *testing.T, k *cluster, from, to, users, regions int, want m
 // waitRekeyedDone waits until group has committed the end of "in" and, on
 // the repartition topic, the offset after each partition's last of its n
 // records.
-func waitRekeyedDone(ctx context.Context, k *cluster, group, repart string, n int) error {
-	if err := k.waitCommitted(ctx, group, "in"); err != nil {
+func waitRekeyedDone(ctx context.Context, k *testkit.Kafka, group, repart string, n int) error {
+	if err := k.WaitCommitted(ctx, group, "in"); err != nil {
 		return err
 	}
 	for {
-		recs, err := offsets.ReadToEnd(ctx, k.cl, repart, true)
+		recs, err := offsets.ReadToEnd(ctx, k.Client, repart, true)
 		if err != nil {
 			return err
 		}
@@ -63,7 +64,7 @@ func waitRekeyedDone(ctx context.Context, k *cluster, group, repart string, n in
 		for _, r := range recs {
 			next[r.Partition] = r.Offset + 1
 		}
-		offs, err := k.adm.FetchOffsets(ctx, group)
+		offs, err := k.Admin.FetchOffsets(ctx, group)
 		done := len(recs) == n && err == nil
 		for p, o := range next {
 			if c, ok := offs.Lookup(repart, p); !ok || c.At < o {
@@ -102,8 +103,8 @@ sinks: {out: {topic: out}}
 // their state there and read it back. Two runs, each through aborted
 // checkpoints; the second restores every task's state from the changelog.
 func TestRekeyedAggregateWithMorePartitionsIsExactlyOnce(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
 	const n, users, regions = 8000, 50, 20
 	body := fmt.Sprintf(rekeyedByRegion, "{key: value.region, partitions: 5}")
 	changelog, repart := wire.ChangelogTopic("t", "per_region"), wire.RepartitionTopic("t", "by_region")
@@ -150,7 +151,7 @@ func TestRekeyedAggregateWithMorePartitionsIsExactlyOnce(t *testing.T) {
 	// Tasks 3 and 4 kept state: the test would prove nothing if every
 	// region hashed below partition 3.
 	perPartition := map[int32]int{}
-	for _, r := range k.readAll(changelog) {
+	for _, r := range k.ReadAll(changelog) {
 		if len(r.Key) > 0 && r.Key[0] == 0x01 {
 			perPartition[r.Partition]++
 		}
@@ -164,9 +165,9 @@ func TestRekeyedAggregateWithMorePartitionsIsExactlyOnce(t *testing.T) {
 
 // waitChangelogPartitions waits for topic to exist and checks it has want
 // partitions.
-func waitChangelogPartitions(ctx context.Context, k *cluster, topic string, want int) error {
+func waitChangelogPartitions(ctx context.Context, k *testkit.Kafka, topic string, want int) error {
 	for {
-		details, err := k.adm.ListTopics(ctx, topic)
+		details, err := k.Admin.ListTopics(ctx, topic)
 		if d, ok := details[topic]; err == nil && ok && d.Err == nil {
 			if len(d.Partitions) != want {
 				return fmt.Errorf("changelog %s has %d partitions, want %d (one per task of its step)", topic, len(d.Partitions), want)
@@ -184,9 +185,9 @@ func waitChangelogPartitions(ctx context.Context, k *cluster, topic string, want
 // TestChangelogWithOtherPartitionsIsAStartupError: a changelog whose
 // partitions do not match the step's tasks is refused at start-up.
 func TestChangelogWithOtherPartitionsIsAStartupError(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
-	k.topic(wire.ChangelogTopic("t", "per_region"), 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
+	k.Topic(wire.ChangelogTopic("t", "per_region"), 3)
 	p := newPipeline(t, k, fmt.Sprintf(rekeyedByRegion, "{key: value.region, partitions: 5}"), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -203,8 +204,8 @@ func TestChangelogWithOtherPartitionsIsAStartupError(t *testing.T) {
 // fields are the same, but the state is keyed by region and would be read
 // as if keyed by country.
 func TestChangingTheKeyOfAStepIsRefused(t *testing.T) {
-	k := newCluster(t)
-	k.topic("in", 3)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
 	const n = 600
 	rekeyedInput(t, k, 0, n, 10, 7, nil)
 	first := newPipeline(t, k, fmt.Sprintf(rekeyedByRegion, "value.region"), nil)
@@ -276,19 +277,19 @@ func TestStaleLocalStateIsDiscarded(t *testing.T) {
 		{"changelog recreated with a shorter history", true, func(early int) int { return early + 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := newCluster(t)
-			k.topic("in", 1)
+			k := testkit.NewKafka(t)
+			k.Topic("in", 1)
 			const n, keys = 50, 5
 			body := fmt.Sprintf(aggregating, "update") + fmt.Sprintf("state: {backend: pebble, dir: %q}\n", t.TempDir())
 			// Two runs, so that the changelog has an early value of
 			// each key and a later one.
 			for range 2 {
-				k.input("in", n/2, keys, nil)
-				runUntilCommitted(t, k, newPipeline(t, k, body, nil), "t", "in")
+				k.Input("in", n/2, keys, nil)
+				testkit.RunUntilCommitted(t, k, newPipeline(t, k, body, nil), "t", "in")
 			}
 
 			changelog := wire.ChangelogTopic("t", "per_key")
-			old := k.readAll(changelog)
+			old := k.ReadAll(changelog)
 			var keep []*kgo.Record
 			early := 0
 			for _, r := range old {
@@ -309,7 +310,7 @@ func TestStaleLocalStateIsDiscarded(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			resp, err := k.adm.DeleteTopic(ctx, changelog)
+			resp, err := k.Admin.DeleteTopic(ctx, changelog)
 			if err == nil {
 				err = resp.Err
 			}
@@ -317,24 +318,24 @@ func TestStaleLocalStateIsDiscarded(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.rewrite {
-				cr, err := k.adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, changelog)
+				cr, err := k.Admin.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, changelog)
 				if err == nil {
 					err = cr.Err
 				}
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := k.cl.ProduceSync(ctx, keep...).FirstErr(); err != nil {
+				if err := k.Client.ProduceSync(ctx, keep...).FirstErr(); err != nil {
 					t.Fatal(err)
 				}
 			}
 
 			// One more record per key: its count says what state it
 			// was added to.
-			k.input("in", keys, keys, nil)
+			k.Input("in", keys, keys, nil)
 			var warned atomic.Int64
 			second := newPipeline(t, k, body, nil, WithLogger(slog.New(warnCounter{prefix: "local state does not match its changelog", n: &warned})))
-			runUntilCommitted(t, k, second, "t", "in")
+			testkit.RunUntilCommitted(t, k, second, "t", "in")
 			got := latest(t, k)
 			for i := range keys {
 				key := "k" + strconv.Itoa(i)
@@ -362,15 +363,15 @@ func TestStaleLocalStateIsDiscarded(t *testing.T) {
 func TestLocalStateOfAnotherDefinition(t *testing.T) {
 	for _, deleted := range []bool{false, true} {
 		t.Run(fmt.Sprintf("changelog deleted %t", deleted), func(t *testing.T) {
-			k := newCluster(t)
-			k.topic("in", 1)
+			k := testkit.NewKafka(t)
+			k.Topic("in", 1)
 			const n, keys = 50, 5
-			k.input("in", n, keys, nil)
+			k.Input("in", n, keys, nil)
 			pebble := fmt.Sprintf("state: {backend: pebble, dir: %q}\n", t.TempDir())
-			runUntilCommitted(t, k, newPipeline(t, k, fmt.Sprintf(aggregating, "update")+pebble, nil), "t", "in")
+			testkit.RunUntilCommitted(t, k, newPipeline(t, k, fmt.Sprintf(aggregating, "update")+pebble, nil), "t", "in")
 			if deleted {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				resp, err := k.adm.DeleteTopic(ctx, wire.ChangelogTopic("t", "per_key"))
+				resp, err := k.Admin.DeleteTopic(ctx, wire.ChangelogTopic("t", "per_key"))
 				cancel()
 				if err == nil {
 					err = resp.Err
@@ -379,7 +380,7 @@ func TestLocalStateOfAnotherDefinition(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			k.input("in", keys, keys, nil)
+			k.Input("in", keys, keys, nil)
 			changed := strings.Replace(fmt.Sprintf(aggregating, "update"), "total: {sum: value.seq}", "total: {sum: value.seq * 2}", 1) + pebble
 			var warned atomic.Int64
 			second := newPipeline(t, k, changed, nil, WithLogger(slog.New(warnCounter{prefix: "local state does not match its changelog", n: &warned})))
@@ -394,7 +395,7 @@ func TestLocalStateOfAnotherDefinition(t *testing.T) {
 				}
 				return
 			}
-			runUntilCommitted(t, k, second, "t", "in")
+			testkit.RunUntilCommitted(t, k, second, "t", "in")
 			for key, v := range latest(t, k) {
 				if v["n"] != 1 {
 					t.Errorf("%s: count %v, want 1: the step must start from empty state", key, v["n"])
@@ -429,14 +430,14 @@ func TestCorruptPayloadIsAStartupErrorNamingWhere(t *testing.T) {
 		{"a state the operator does not have", "nope", func(valid []byte) []byte { return valid }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := newCluster(t)
-			k.topic("in", 1)
-			k.input("in", 50, 5, nil)
+			k := testkit.NewKafka(t)
+			k.Topic("in", 1)
+			k.Input("in", 50, 5, nil)
 			body := fmt.Sprintf(aggregating, "update")
-			runUntilCommitted(t, k, newPipeline(t, k, body, nil), "t", "in")
+			testkit.RunUntilCommitted(t, k, newPipeline(t, k, body, nil), "t", "in")
 			changelog := wire.ChangelogTopic("t", "per_key")
 			var valid []byte
-			for _, r := range k.readAll(changelog) {
+			for _, r := range k.ReadAll(changelog) {
 				if string(r.Key) == string(stateKey("acc", "k0")) {
 					valid = r.Value
 				}
@@ -446,12 +447,12 @@ func TestCorruptPayloadIsAStartupErrorNamingWhere(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			res := k.cl.ProduceSync(ctx, &kgo.Record{Topic: changelog, Key: stateKey(tc.state, "k0"), Value: tc.value(valid)})
+			res := k.Client.ProduceSync(ctx, &kgo.Record{Topic: changelog, Key: stateKey(tc.state, "k0"), Value: tc.value(valid)})
 			if err := res.FirstErr(); err != nil {
 				t.Fatal(err)
 			}
 			off := res[0].Record.Offset
-			k.input("in", 5, 5, nil)
+			k.Input("in", 5, 5, nil)
 			err := newPipeline(t, k, body, nil).Run(ctx)
 			for _, w := range []string{"step per_key", "task 0", changelog, fmt.Sprintf("offset %d", off), fmt.Sprintf("state %q", tc.state)} {
 				if err == nil || !strings.Contains(err.Error(), w) {
@@ -479,15 +480,15 @@ func (c *manualClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 // feeds it one record at a time.
 type ttlRun struct {
 	t     *testing.T
-	k     *cluster
+	k     *testkit.Kafka
 	clock *manualClock
 	stop  func()
 	done  chan error
 }
 
 func startTTLRun(t *testing.T, body string, reg *pipeline.Registry) *ttlRun {
-	k := newCluster(t)
-	k.topic("in", 1)
+	k := testkit.NewKafka(t)
+	k.Topic("in", 1)
 	r := &ttlRun{t: t, k: k, clock: newManualClock(), done: make(chan error, 1)}
 	p := newPipeline(t, k, body, reg, WithClock(r.clock))
 	ctx, stop := context.WithCancel(context.Background())
@@ -509,11 +510,11 @@ func (r *ttlRun) send(value string, keys ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, key := range keys {
-		if err := r.k.cl.ProduceSync(ctx, &kgo.Record{Topic: "in", Key: []byte(key), Value: []byte(value)}).FirstErr(); err != nil {
+		if err := r.k.Client.ProduceSync(ctx, &kgo.Record{Topic: "in", Key: []byte(key), Value: []byte(value)}).FirstErr(); err != nil {
 			r.t.Fatal(err)
 		}
 	}
-	if err := r.k.waitCommitted(ctx, "t", "in"); err != nil {
+	if err := r.k.WaitCommitted(ctx, "t", "in"); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -527,7 +528,7 @@ func (r *ttlRun) tombstones(changelog, st string, want ...string) map[string]boo
 	defer cancel()
 	for {
 		got := map[string]bool{}
-		recs, err := offsets.ReadToEnd(ctx, r.k.cl, changelog, true)
+		recs, err := offsets.ReadToEnd(ctx, r.k.Client, changelog, true)
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -658,7 +659,7 @@ func TestReadsRefreshTTLOnlyUnderOnReadAndWrite(t *testing.T) {
 				t.Fatalf("tombstones %v: the key read 30 minutes ago should survive only under on_read_and_write", gone)
 			}
 			r.send(`{"op":"get"}`, "read", "untouched")
-			out := r.k.readAll("out")
+			out := r.k.ReadAll("out")
 			if len(out) != 3 {
 				t.Fatalf("%d outputs, want 3 (one per get)", len(out))
 			}
