@@ -26,6 +26,16 @@ type Pipeline struct {
 	fault func(FaultPoint, Checkpoint)
 	clock state.Clock // state TTLs; nil: the system clock (WithClock)
 
+	// heldAtBarrier counts barriers that found a parallel stage still
+	// holding records: tests use it to show the case they exercise
+	// happened.
+	heldAtBarrier atomic.Int64
+	// skipDrain, set by tests only (withSkippedDrain), makes barriers skip
+	// draining parallel stages and calls it instead, with a way to count
+	// what the stage still holds, to show that the drain is what keeps the
+	// outputs exact. It runs on the coordinator goroutine.
+	skipDrain func(inflight func() int64)
+
 	stats counters
 }
 
@@ -53,6 +63,12 @@ func WithCheckpointObserver(fn func(Checkpoint)) Option { return func(p *Pipelin
 // and the records are replayed. It exists to inject faults (tests, chaos
 // drills) on any broker; fn runs on the coordinator goroutine.
 func WithBeforeCommit(fn func(Checkpoint) error) Option { return func(p *Pipeline) { p.hook = fn } }
+
+// withSkippedDrain makes barriers skip draining parallel stages, calling
+// fn instead (tests only; see Pipeline.skipDrain).
+func withSkippedDrain(fn func(inflight func() int64)) Option {
+	return func(p *Pipeline) { p.skipDrain = fn }
+}
 
 // FaultPoint names a moment of the checkpoint protocol where a fault drill
 // can strike (WithFaultPoint).

@@ -195,18 +195,12 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 			body = strings.Replace(body, "interval: 100ms", "interval: 20ms", 1)
 			var aborts, heldAtCommit atomic.Int64
 			// The hooks and the observer run on the coordinator goroutine.
-			lastHeld, abortNext, locked := heldAtBarrier.Load(), false, false
-			testSkippedDrain = func(inflight func() int64) {
-				gate.Lock()
-				locked = true
-				if inflight() > 0 {
-					heldAtCommit.Add(1)
-				}
-			}
-			defer func() { testSkippedDrain = nil }()
-			p := newPipeline(t, k, body, reg, WithBeforeCommit(func(cp Checkpoint) error {
-				held := heldAtBarrier.Load() != lastHeld
-				lastHeld = heldAtBarrier.Load()
+			var p *Pipeline
+			var lastHeld int64
+			abortNext, locked := false, false
+			opts := []Option{WithBeforeCommit(func(cp Checkpoint) error {
+				held := p.heldAtBarrier.Load() != lastHeld
+				lastHeld = p.heldAtBarrier.Load()
 				if abortNext {
 					abortNext = false
 					aborts.Add(1)
@@ -219,10 +213,18 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 					locked = false
 					gate.Unlock()
 				}
-			}))
-			testSkipDrain.Store(skipDrain)
-			defer testSkipDrain.Store(false)
-			held := heldAtBarrier.Load()
+			})}
+			if skipDrain {
+				opts = append(opts, withSkippedDrain(func(inflight func() int64) {
+					gate.Lock()
+					locked = true
+					if inflight() > 0 {
+						heldAtCommit.Add(1)
+					}
+				}))
+			}
+			p = newPipeline(t, k, body, reg, opts...)
+			held := p.heldAtBarrier.Load()
 
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
@@ -232,7 +234,7 @@ func TestParallelStageIsDrainedAtEveryCheckpoint(t *testing.T) {
 			wcancel()
 			cancel()
 			rerr := <-done
-			if got := heldAtBarrier.Load() - held; got == 0 {
+			if got := p.heldAtBarrier.Load() - held; got == 0 {
 				t.Fatal("no checkpoint barrier found the workers holding records: the case under test never happened")
 			}
 			if aborts.Load() == 0 {

@@ -99,19 +99,6 @@ type stage struct {
 	busy     sync.WaitGroup // records handed over and not yet fully processed
 }
 
-// testSkipDrain makes barriers skip draining parallel stages. Only tests
-// set it, to show that the drain is what keeps the outputs exact.
-var testSkipDrain atomic.Bool
-
-// heldAtBarrier counts barriers that found a stage still holding records:
-// tests use it to show the case they exercise happened.
-var heldAtBarrier atomic.Int64
-
-// testSkippedDrain, when set, is called by a barrier that skips draining a
-// stage (testSkipDrain), with a way to count what the stage still holds.
-// It runs on the coordinator goroutine.
-var testSkippedDrain func(inflight func() int64)
-
 type stageItem struct {
 	t *task
 	r *pipeline.Record
@@ -176,12 +163,10 @@ func (st *stage) route(r *pipeline.Record) int {
 // and emitted downstream.
 func (st *stage) drain() {
 	if st.inflight.Load() > 0 {
-		heldAtBarrier.Add(1)
+		st.rt.p.heldAtBarrier.Add(1)
 	}
-	if testSkipDrain.Load() {
-		if testSkippedDrain != nil {
-			testSkippedDrain(st.inflight.Load)
-		}
+	if skip := st.rt.p.skipDrain; skip != nil {
+		skip(st.inflight.Load)
 		return
 	}
 	st.busy.Wait()
