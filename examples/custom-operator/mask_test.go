@@ -15,12 +15,14 @@ import (
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/pipeline-run/pipeline/pipeline/ops"
+	"github.com/pipeline-run/pipeline/pipeline/optest"
 	"github.com/pipeline-run/pipeline/runner"
 )
 
 // The table test calls apply, which is Process without the Emit, on
-// records built with pipeline.RawValue. TestMaskInARunningPipeline runs
-// Process itself, Emit included, in a pipeline on the embedded broker.
+// records built with pipeline.RawValue; TestMaskProcessEmits calls Process
+// with optest's recording Context; TestMaskInARunningPipeline runs it in a
+// pipeline on the embedded broker.
 
 func newTestMask(t *testing.T, fields ...string) *mask {
 	t.Helper()
@@ -134,6 +136,27 @@ func TestMaskLeavesSharedValuesAlone(t *testing.T) {
 	masked, _ := c.Value.Encode(pipeline.JSON)
 	if string(orig) != `{"card":{"number":"4111"}}` || string(masked) != `{"card":{"number":"***"}}` {
 		t.Fatalf("original %s, masked %s", orig, masked)
+	}
+}
+
+func TestMaskProcessEmits(t *testing.T) {
+	m := newTestMask(t, "email")
+	ctx := optest.NewContext(t)
+	for _, v := range []string{`{"email":"a@b","n":1}`, `{"n":2}`} {
+		if err := m.Process(ctx, &pipeline.Record{Value: pipeline.RawValue([]byte(v), pipeline.JSON)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, r := range ctx.Emitted("") {
+		b, err := r.Value.Encode(pipeline.JSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(b))
+	}
+	if want := []string{`{"email":"***","n":1}`, `{"n":2}`}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("emitted %q, want %q", got, want)
 	}
 }
 
