@@ -3,11 +3,14 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pipeline-run/pipeline/internal/testkit"
@@ -46,7 +49,18 @@ func TestRecordsTooLargeForTheOutputTopicGoToTheDeadLetterTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := strings.Replace(passThrough, `steps: [{map: "{k: value.k, seq: value.seq}"}]`, `steps: [{map: "{k: value.k, seq: value.seq, pad: value.pad}"}]`, 1)
-	p := newPipeline(t, k, body, nil)
+	// A checkpoint may abort for reasons of its own on a loaded machine (a
+	// rebalance while the group forms): what must not happen is one refused
+	// for its size, as every batch holding a big record was before.
+	var mu sync.Mutex
+	var aborts []error
+	p := newPipeline(t, k, body, nil, WithCheckpointObserver(func(cp Checkpoint) {
+		if !cp.Committed {
+			mu.Lock()
+			aborts = append(aborts, cp.Err)
+			mu.Unlock()
+		}
+	}))
 	testkit.RunUntilCommitted(t, k, p, "t", "in")
 	testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, big)
 	dlq := k.ReadAll("dlq")
@@ -69,8 +83,14 @@ func TestRecordsTooLargeForTheOutputTopicGoToTheDeadLetterTopic(t *testing.T) {
 	if len(dlq) != len(big) {
 		t.Errorf("%d dead letters, want the %d oversized records", len(dlq), len(big))
 	}
-	if got := p.Stats().Aborted; got != 0 {
-		t.Fatalf("%d checkpoints aborted; no batch should have reached the broker over the topic's limit", got)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, err := range aborts {
+		if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) || strings.Contains(fmt.Sprint(err), "too large") {
+			t.Errorf("a checkpoint aborted for its size; no batch should have reached the broker over the topic's limit: %v", err)
+		} else {
+			t.Logf("a checkpoint aborted for another reason: %v", err)
+		}
 	}
 }
 
