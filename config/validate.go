@@ -558,11 +558,18 @@ func (c *Config) fieldError(path, msg string) *FieldError {
 	if name, ok := c.env[path]; ok {
 		return &FieldError{Path: path, Msg: msg + " (set by " + name + ")"}
 	}
+	return &FieldError{Path: path, Line: c.NearestLine(path), Msg: msg}
+}
+
+// NearestLine returns the line of path in the file or, for a key missing
+// from it (such as steps[0].key_by.key), of the nearest enclosing key; 0
+// when none is in the file.
+func (c *Config) NearestLine(path string) int {
 	line := 0
 	for p := path; p != "" && line == 0; p = parentPath(p) {
 		line = c.Line(p)
 	}
-	return &FieldError{Path: path, Line: line, Msg: msg}
+	return line
 }
 
 // list formats choices for messages: "a, b or c".

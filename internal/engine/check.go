@@ -40,7 +40,9 @@ func Check(cfg *config.Config, loadErr error, reg *pipeline.Registry) (*Graph, e
 	}
 	all := slices.Clone(ce)
 	for _, b := range be {
-		placeLine(cfg, b)
+		if b.Line == 0 {
+			b.Line = cfg.NearestLine(b.Path)
+		}
 		if len(ce) == 0 || !cfg.Reported(b.Path) {
 			all = append(all, b)
 		}
@@ -52,17 +54,4 @@ func Check(cfg *config.Config, loadErr error, reg *pipeline.Registry) (*Graph, e
 		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Path, b.Path))
 	})
 	return nil, all
-}
-
-// placeLine gives a problem without a line (a key missing from the file,
-// such as steps[0].key_by.key) the line of the nearest enclosing key.
-func placeLine(cfg *config.Config, e *config.FieldError) {
-	for p := e.Path; e.Line == 0 && p != ""; {
-		i := strings.LastIndexAny(p, ".[")
-		if i < 0 {
-			break
-		}
-		p = p[:i]
-		e.Line = cfg.Line(p)
-	}
 }
