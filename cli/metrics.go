@@ -23,6 +23,7 @@ const (
 	metricRecordsOut         = "pipeline_records_out_total"
 	metricRepartitioned      = "pipeline_records_repartitioned_total"
 	metricDeadLetters        = "pipeline_dead_letters_total"
+	metricLateRecords        = "pipeline_late_records_total"
 	metricRebuilds           = "pipeline_client_rebuilds_total"
 	metricRestored           = "pipeline_state_restored_records_total"
 	metricStateKeys          = "pipeline_state_keys"
@@ -63,6 +64,7 @@ func newMetrics(p func() engine.Stats) *metrics {
 		counter(metricRecordsOut, "Records committed checkpoints wrote to sinks and the dead-letter topic.", func(s engine.Stats) int64 { return s.RecordsOut }),
 		counter(metricRepartitioned, "Records committed checkpoints read back from key_by repartition topics.", func(s engine.Stats) int64 { return s.Repartitioned }),
 		counter(metricDeadLetters, "Input records sent to the dead-letter topic.", func(s engine.Stats) int64 { return s.DeadLetters }),
+		counter(metricLateRecords, "Records that came after their window closed (past allowed_lateness) and were dropped by steps with no late output.", func(s engine.Stats) int64 { return s.LateRecords }),
 		counter(metricRebuilds, "Times the transactional client was rebuilt after an unknown outcome or a fence.", func(s engine.Stats) int64 { return s.Rebuilds }),
 		counter(metricRestored, "Changelog records replayed into state stores.", func(s engine.Stats) int64 { return s.Restored }),
 		gauge(p, metricStateKeys, "Keys in this instance's state stores as of the last checkpoint (-1: the backend does not count them).", func(s engine.Stats) int64 { return s.StateKeys }),

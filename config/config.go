@@ -158,7 +158,25 @@ type Source struct {
 	Topics    []string
 	Format    string // value format: json (default), string or bytes
 	KeyFormat string // `key_format`: string (default), json or bytes
+	EventTime *EventTime
 	Path      string // "sources.<name>", for messages
+}
+
+// EventTime says where a source's records get their event time and how far
+// out of order they may come (`sources.<name>.event_time`). A source without
+// it uses the Kafka record timestamp with no disorder allowed.
+type EventTime struct {
+	// From is an expression giving the event time (Unix milliseconds or an
+	// RFC 3339 string); "" or "timestamp" for the Kafka record timestamp.
+	From string
+	// MaxOutOfOrderness is how far behind the latest event time seen a
+	// record may be and still count as on time: the partition's watermark
+	// is the latest event time seen minus this.
+	MaxOutOfOrderness time.Duration
+	// IdleTimeout is how long a partition may go without records before
+	// it stops holding the watermark back; 0: never.
+	IdleTimeout time.Duration
+	Path        string // "sources.<name>.event_time"
 }
 
 // Step is one operator of the pipeline, as configured. Config knows the

@@ -309,7 +309,9 @@ func parseBrokers(raw any) (Brokers, error) {
 	return b, nil
 }
 
-var sourceKeys = append([]string{"topics", "format", "key_format"}, clusterKeys...)
+var sourceKeys = append([]string{"topics", "format", "key_format", "event_time"}, clusterKeys...)
+
+var eventTimeKeys = []string{"from", "max_out_of_orderness", "idle_timeout"}
 
 // sources reads the `sources:` map, sorted by name.
 func (r *reader) sources(v *value) {
@@ -327,6 +329,8 @@ func (r *reader) sources(v *value) {
 					s.Format = r.str(f.val)
 				case "key_format":
 					s.KeyFormat = r.str(f.val)
+				case "event_time":
+					s.EventTime = r.eventTime(f.val)
 				case "brokers", "bootstrap", "cluster": // clusterKeys
 					r.cluster(f.val)
 				}
@@ -335,6 +339,45 @@ func (r *reader) sources(v *value) {
 		r.c.Sources = append(r.c.Sources, s)
 	}
 	slices.SortFunc(r.c.Sources, func(a, b Source) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// eventTime reads a source's event_time: {from, max_out_of_orderness,
+// idle_timeout}, or a bare string for from alone.
+func (r *reader) eventTime(v *value) *EventTime {
+	if v.null() {
+		return nil
+	}
+	et := &EventTime{Path: v.path}
+	if v.kind == yaml.ScalarNode {
+		et.From = v.node.Value
+		return et
+	}
+	if !r.mapping(v, "a mapping such as {from: value.ts, max_out_of_orderness: 5s}", eventTimeKeys) {
+		return et
+	}
+	dur := func(v *value) time.Duration {
+		s := r.str(v)
+		if s == "" {
+			return 0
+		}
+		d, err := ParseDuration(s)
+		if err != nil {
+			r.errorf(v.path, "%v", err)
+			return 0
+		}
+		return d
+	}
+	for _, f := range v.pairs {
+		switch f.key {
+		case "from":
+			et.From = r.str(f.val)
+		case "max_out_of_orderness":
+			et.MaxOutOfOrderness = dur(f.val)
+		case "idle_timeout":
+			et.IdleTimeout = dur(f.val)
+		}
+	}
+	return et
 }
 
 var sinkKeys = append([]string{"from", "topic", "key", "value", "headers", "format", "key_format", "partitions"}, clusterKeys...)

@@ -10,6 +10,7 @@ package pipeline
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/pipeline-run/pipeline/pipeline/state"
 )
@@ -61,12 +62,45 @@ type Context interface {
 	Eval() *Evaluator
 	// Logger returns a logger naming the step and the task.
 	Logger() *slog.Logger
+	// Watermark returns the event-time watermark of the operator's input
+	// in this task: records with an earlier event time are late. It is
+	// the zero time until every input partition has said where it is,
+	// and always in a graph where no step uses event time (EventTimeUser)
+	// and no source configures it.
+	Watermark() time.Time
+	// Now returns the processing time: the clock processing-time timers
+	// follow.
+	Now() time.Time
+	// DropLate counts r as late data that the operator drops (it came
+	// after its window closed and no late output takes it): the engine
+	// counts it (Stats.LateRecords) and logs it, at most once a second,
+	// with where it was read. Nothing is lost silently.
+	DropLate(r *Record)
 	// Emit sends r to the step's default output.
 	Emit(r *Record)
 	// EmitTo sends r to the named output. Emitting to an output the
 	// operator's Definition does not list is a programming error and
 	// drops r.
 	EmitTo(output string, r *Record)
+}
+
+// TimerHandler is an Operator with timers (state.Timers, registered in
+// NewStatefulOperator). The engine calls OnTimer for every timer that
+// fires, in time order, from the task's goroutine like Process: event-time
+// timers once the watermark reaches their time, processing-time timers
+// once the wall clock does (checked at every checkpoint barrier). A fired
+// timer is removed; what OnTimer emits is part of the open checkpoint, and
+// an error stops the pipeline (there is no input record to send to the
+// dead-letter topic).
+type TimerHandler interface {
+	OnTimer(ctx Context, t state.Timer) error
+}
+
+// EventTimeUser is a Definition whose operators use event time
+// (Context.Watermark, event-time timers). The engine tracks watermarks
+// only in a graph with such a step or a source that configures event_time.
+type EventTimeUser interface {
+	UsesEventTime() bool
 }
 
 // Definition is an operator as configured: built once from its YAML spec,

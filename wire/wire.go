@@ -5,6 +5,12 @@
 // linking the engine.
 package wire
 
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
 // CheckpointID numbers the checkpoints of one run.
 type CheckpointID uint64
 
@@ -34,6 +40,40 @@ const (
 // encoded: unchanged values keep their source's format, changed ones are
 // JSON.
 const HeaderValueFormat = "pipeline.value-format"
+
+// HeaderWatermark marks a watermark record of a repartition topic: no key,
+// no value, this one header, whose value is the writing task and its
+// watermark (FormatWatermark). Readers take the minimum over the writers
+// and never hand these records to operators.
+const HeaderWatermark = "pipeline.watermark"
+
+// FormatWatermark is the header value saying that task writer's watermark
+// is wm (Unix milliseconds), or that every input of the writer is idle.
+func FormatWatermark(writer int32, wm int64, idle bool) []byte {
+	if idle {
+		return fmt.Appendf(nil, "%d idle", writer)
+	}
+	return fmt.Appendf(nil, "%d %d", writer, wm)
+}
+
+// ParseWatermark reads a FormatWatermark value.
+func ParseWatermark(b []byte) (writer int32, wm int64, idle bool, err error) {
+	w, x, ok := strings.Cut(string(b), " ")
+	if !ok {
+		return 0, 0, false, fmt.Errorf("watermark %q: want \"<writer> <millis>\" or \"<writer> idle\"", b)
+	}
+	n, err := strconv.ParseInt(w, 10, 32)
+	if err != nil || n < 0 {
+		return 0, 0, false, fmt.Errorf("watermark %q: bad writer", b)
+	}
+	if x == "idle" {
+		return int32(n), 0, true, nil
+	}
+	if wm, err = strconv.ParseInt(x, 10, 64); err != nil {
+		return 0, 0, false, fmt.Errorf("watermark %q: bad time", b)
+	}
+	return int32(n), wm, false, nil
+}
 
 // ChangelogTopic is the changelog topic of a stateful step.
 func ChangelogTopic(pipelineName, step string) string {

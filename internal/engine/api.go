@@ -145,6 +145,10 @@ type Stats struct {
 	// Restoring is how many tasks are restoring their state apart from
 	// the checkpoints; their records wait until they are done.
 	Restoring int64
+	// LateRecords is how many records came after their windows closed
+	// (past allowed_lateness) and were dropped, at steps with no late
+	// output, committed or not.
+	LateRecords int64
 }
 
 type counters struct {
@@ -152,13 +156,14 @@ type counters struct {
 	repartitioned                                         atomic.Int64
 	stateKeys, stateBytes, stateDisk                      atomic.Int64 // as of the last checkpoint
 	restoring                                             atomic.Int64
+	late                                                  atomic.Int64
 }
 
 // Stats returns the running totals.
 func (p *Pipeline) Stats() Stats {
 	return Stats{
 		RecordsIn: p.stats.in.Load(), RecordsOut: p.stats.out.Load(), Repartitioned: p.stats.repartitioned.Load(), DeadLetters: p.stats.dead.Load(),
-		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(),
+		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(), LateRecords: p.stats.late.Load(),
 		Restored: p.stats.restored.Load(), StateKeys: p.stats.stateKeys.Load(), StateBytes: p.stats.stateBytes.Load(),
 		StateDisk: p.stats.stateDisk.Load(), Restoring: p.stats.restoring.Load(),
 	}

@@ -72,6 +72,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	cp.Produced, _ = rt.sink.Produced()
 	cp.Produced -= rt.internalOut.Load()
 	if cp.Err == nil && !rt.failed() {
+		rt.writeWatermarks()
 		rt.logChanges()
 	}
 	_, cp.Bytes = rt.sink.Produced()

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -97,14 +98,14 @@ func (rt *runtime) dispatch(f kgo.Fetches) (n, internal int) {
 // records flushed, in topological order so that what one releases reaches
 // the next before it is flushed in turn.
 func (rt *runtime) barrier() {
-	rt.syncTasks(-1)
+	rt.syncTasks(-1, true)
 	for _, n := range rt.g.nodes {
 		if st := rt.stages[n.idx]; st != nil {
 			st.drain()
 			continue
 		}
 		if rt.anyFlusher(n) {
-			rt.syncTasks(n.idx)
+			rt.syncTasks(n.idx, false)
 			// What it released may have gone to a parallel stage further
 			// down, which the loop drains when it gets there.
 		}
@@ -125,15 +126,19 @@ func (rt *runtime) anyFlusher(n *node) bool {
 	return false
 }
 
-// syncTasks sends every task a barrier (flushing node flush, if >= 0) and
-// waits for all of them to answer.
-func (rt *runtime) syncTasks(flush int) {
+// syncTasks sends every task a barrier (flushing node flush, if >= 0, and
+// doing its time work first if tick) and waits for all of them to answer.
+func (rt *runtime) syncTasks(flush int, tick bool) {
+	var now time.Time
+	if tick {
+		now = rt.clock().Now()
+	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	acks := make([]chan struct{}, 0, len(rt.tasks))
 	for _, t := range rt.tasks {
 		c := make(chan struct{})
-		t.in <- work{flush: flush, barrier: c}
+		t.in <- work{flush: flush, barrier: c, tick: now}
 		acks = append(acks, c)
 	}
 	for _, c := range acks {

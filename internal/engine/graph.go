@@ -36,6 +36,13 @@ type node struct {
 	sink       *sinkDef            // sinks
 	source     *config.Source
 	internal   bool // a source reading a key_by step's repartition topic
+	// et is where a source's records get their event time; set on the
+	// sources the records of which come from outside, in graphs that
+	// track event time (Graph.eventTime).
+	et *eventTimeDef
+	// upTopics are the topics whose records reach a step: the topics of
+	// the sources, or repartition topics, it reads through other steps.
+	upTopics []string
 
 	keyFormat, valueFormat pipeline.Format // sources
 	// dec is how sources decode their records: with their formats, into
@@ -81,6 +88,9 @@ type Graph struct {
 	sinks   []*node
 	stages  []*parallelDef
 	dlq     string
+	// eventTime is set when some step uses event time or a source
+	// configures it: tasks then track watermarks (eventtime.go).
+	eventTime bool
 }
 
 // Build turns the configuration into a graph, compiling every expression.
@@ -113,6 +123,8 @@ func Build(cfg *config.Config, reg *pipeline.Registry) (*Graph, error) {
 	for i := range cfg.Sources {
 		src := &cfg.Sources[i]
 		n := &node{name: src.Name, path: src.Path, kind: sourceNode, source: src}
+		n.et = buildEventTime(src, cfg.Line, &errs, &reads)
+		g.eventTime = g.eventTime || src.EventTime != nil
 		n.valueFormat, _ = pipeline.ParseFormat(src.Format)
 		n.keyFormat, _ = parseKeyFormat(src.KeyFormat)
 		for _, t := range src.Topics {
@@ -237,6 +249,9 @@ func Build(cfg *config.Config, reg *pipeline.Registry) (*Graph, error) {
 				errf(opPath, "operator %q built nothing", st.Kind)
 			}
 			n.def = def
+			if u, ok := def.(pipeline.EventTimeUser); ok && u.UsesEventTime() {
+				g.eventTime = true
+			}
 		} else {
 			errf(opPath, "unknown operator %q (known: %s)", st.Kind, strings.Join(knownKinds(reg), ", "))
 		}
@@ -339,9 +354,12 @@ func Build(cfg *config.Config, reg *pipeline.Registry) (*Graph, error) {
 		return nil, errs
 	}
 	for _, n := range g.nodes {
-		if n.kind == sourceNode {
+		switch {
+		case n.kind == sourceNode:
 			n.direct = directSink(n)
 			n.decodeWith(reads)
+		case n.kind == stepNode:
+			_, n.upTopics = stepTasks(n, nil)
 		}
 	}
 	return g, nil
@@ -363,7 +381,7 @@ func (n *node) decodeWith(reads pipeline.ValueReads) {
 // took a quarter off a pass-through's CPU: 1.3-1.4 to 1.0-1.1 CPU-seconds
 // per million records of 100 B on real Kafka.
 func directSink(src *node) *node {
-	if src.internal || len(src.outputs) != 1 || len(src.outputs[""]) != 1 {
+	if src.internal || len(src.outputs) != 1 || len(src.outputs[""]) != 1 || (src.et != nil && src.et.from != nil) {
 		return nil
 	}
 	to := src.outputs[""][0].to

@@ -51,7 +51,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	adm := kadm.NewClient(admCl)
 	defer adm.Close()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	lim, err := prepare(sctx, adm, cfg, p.g, p.log)
+	lim, parts, err := prepare(sctx, adm, cfg, p.g, p.log)
 	cancel()
 	if err != nil {
 		return err
@@ -74,9 +74,16 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		clientOpts: base,
 		room:       make(chan struct{}, 1),
 		limits:     lim,
+		topicParts: parts,
 		dlqLines:   rateLog{every: time.Second},
+		lateLines:  rateLog{every: time.Second},
 	}
-	manual := map[string]bool{}
+	manual, marked := map[string]bool{}, map[string]bool{}
+	for _, n := range p.g.nodes {
+		if n.repart != nil {
+			marked[n.repart.topic] = true
+		}
+	}
 	if cfg.Audit.Enabled {
 		manual[cfg.Audit.Topic] = true
 	}
@@ -97,7 +104,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	rt.hard = gr.hard
 	rt.produce = func(r *kgo.Record) { rt.sink.Produce(gr.hard, r) }
 	opts := append(transactOpts(cfg, base, p.g.SourceTopics(), rt.revoked, groupErrors{rt}),
-		kgo.RecordPartitioner(manualPartitioner{manual: manual, byKey: kgo.StickyKeyPartitioner(nil)}))
+		kgo.RecordPartitioner(manualPartitioner{manual: manual, marked: marked, byKey: kgo.StickyKeyPartitioner(nil)}))
 	opts = append(opts, kgo.ProducerBatchMaxBytesFn(lim.batch),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { rt.assigned(m) }))
 	opts = append(opts, p.extra...)
@@ -152,6 +159,9 @@ type runtime struct {
 	// limits are the largest batches and records the written topics
 	// take; nil without a cluster (tests running a graph offline).
 	limits *limits
+	// topicParts are the partitions of the topics the pipeline reads;
+	// nil without a cluster.
+	topicParts map[string]int32
 
 	backend    state.Backend
 	changelogs []string // by node index, for stateful steps
@@ -188,7 +198,8 @@ type runtime struct {
 	fatal   error
 	hasErr  atomic.Bool
 
-	dlqLines rateLog // "record sent to the dead-letter topic": at most one a second
+	dlqLines  rateLog // "record sent to the dead-letter topic": at most one a second
+	lateLines rateLog // "late record dropped": at most one a second
 
 	// queued counts the records handed to tasks and not yet processed;
 	// see waitForRoom. room gets a token when a task brings it to half
@@ -241,6 +252,13 @@ func (rt *runtime) recordFailed(e *pipeline.RecordError, r *pipeline.Record) {
 		return
 	}
 	o := r.Origin()
+	if o == nil {
+		// A record an operator made of no input (a timer's output): the
+		// dead letter holds it as it was when it failed.
+		o = &kgo.Record{Topic: r.Source.Topic, Partition: r.Source.Partition, Offset: r.Source.Offset, Timestamp: r.Timestamp}
+		o.Key, _ = r.KeyBytes()
+		o.Value, _ = r.Value.Encode(pipeline.JSON)
+	}
 	kr := &kgo.Record{Topic: rt.g.dlq, Key: o.Key, Value: o.Value, Timestamp: o.Timestamp}
 	kr.Headers = append(make([]kgo.RecordHeader, 0, len(o.Headers)+5), o.Headers...)
 	kr.Headers = append(kr.Headers,
@@ -263,6 +281,13 @@ func (rt *runtime) recordFailed(e *pipeline.RecordError, r *pipeline.Record) {
 	rt.Produce(kr)
 	rt.p.stats.dead.Add(1)
 	rt.dlqLines.log(rt.log, slog.LevelWarn, "record sent to the dead-letter topic", "err", e, "dead_letter_topic", rt.g.dlq)
+}
+
+// dropLate counts a late record that step n drops.
+func (rt *runtime) dropLate(n *node, r *pipeline.Record) {
+	rt.p.stats.late.Add(1)
+	rt.lateLines.log(rt.log, slog.LevelWarn, "late record dropped: it came after its window closed (past allowed_lateness); give the step `late: output` to keep such records",
+		"step", n.name, "source", r.Source.String(), "event_time", r.Timestamp.UTC().Format(time.RFC3339Nano))
 }
 
 // loop runs checkpoints until ctx is done or something fatal happens. What

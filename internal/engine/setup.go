@@ -27,16 +27,17 @@ const brokerTxnMaxTimeout = 15 * time.Minute
 // asks for (creating missing ones), and reports transactions left hanging on
 // the output partitions.
 //
-// It returns the size limits of the topics the pipeline writes.
-func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) (*limits, error) {
+// It returns the size limits of the topics the pipeline writes, and the
+// partitions of the topics it reads (sources and repartition topics).
+func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) (*limits, map[string]int32, error) {
 	if err := checkTxnTimeout(ctx, adm, cfg, log); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	topics := g.SourceTopics()
 	details, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("listing source topics: %w", err)
+		return nil, nil, fmt.Errorf("listing source topics: %w", err)
 	}
 	var srcMax int32
 	parts := map[string]int32{} // partitions by topic read: sources, then repartition topics
@@ -61,7 +62,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
 
 	type want struct {
@@ -127,7 +128,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
 	reportHanging(ctx, adm, cfg, g, log)
 	written := g.OutputTopics()
@@ -142,7 +143,8 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 	if cfg.Audit.Enabled && cfg.Audit.Topic != "" {
 		written = append(written, cfg.Audit.Topic)
 	}
-	return topicLimits(ctx, adm, cfg.Producer.BatchMaxBytes, written)
+	lim, err := topicLimits(ctx, adm, cfg.Producer.BatchMaxBytes, written)
+	return lim, parts, err
 }
 
 // stepTasks returns how many tasks run step n, one per partition number of

@@ -185,6 +185,12 @@ func (rt *runtime) logChanges() {
 	defer rt.mu.Unlock()
 	now := rt.clock().Now()
 	for _, t := range rt.tasks {
+		if t.time != nil {
+			if err := t.time.persist(); err != nil {
+				rt.fail(fmt.Errorf("task %d: writing its event time to its state: %w", t.id, err))
+				return
+			}
+		}
 		for idx, st := range t.stores {
 			if st == nil {
 				continue
@@ -220,6 +226,9 @@ func (rt *runtime) settleStores(committed bool) {
 	var broken []*task
 	rt.mu.Lock()
 	for id, t := range rt.tasks {
+		if t.time != nil {
+			t.time.settle(committed)
+		}
 		for idx, st := range t.stores {
 			if st == nil {
 				continue
@@ -319,12 +328,16 @@ func (rt *runtime) dropState(id pipeline.TaskID) {
 // partitions the others by key, as Kafka's clients do by default.
 type manualPartitioner struct {
 	manual map[string]bool
+	marked map[string]bool // repartition topics: watermark records go where they say
 	byKey  kgo.Partitioner
 }
 
 func (m manualPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
 	if m.manual[topic] {
 		return kgo.ManualPartitioner().ForTopic(topic)
+	}
+	if m.marked[topic] {
+		return watermarkPartitioner{byKey: m.byKey.ForTopic(topic)}
 	}
 	return m.byKey.ForTopic(topic)
 }

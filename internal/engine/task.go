@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/pipeline"
@@ -29,6 +32,9 @@ func (c *opContext) Task() pipeline.TaskID               { return c.task.id }
 func (c *opContext) Input() int                          { return c.input }
 func (c *opContext) Eval() *pipeline.Evaluator           { return &c.eval }
 func (c *opContext) Logger() *slog.Logger                { return c.log }
+func (c *opContext) Watermark() time.Time                { return c.task.watermark(c.node) }
+func (c *opContext) Now() time.Time                      { return c.task.rt.clock().Now() }
+func (c *opContext) DropLate(r *pipeline.Record)         { c.task.rt.dropLate(c.node, r) }
 func (c *opContext) Emit(r *pipeline.Record)             { c.task.deliver(c.node, "", r) }
 func (c *opContext) EmitTo(o string, r *pipeline.Record) { c.task.deliver(c.node, o, r) }
 
@@ -47,6 +53,9 @@ type task struct {
 	ops    []pipeline.Operator // by node index; nil for sources
 	ctxs   []*opContext
 	stores []*state.Store // by node index; nil but for stateful steps
+	// time is the task's event time and timers; nil when the graph
+	// tracks no event time and no step has timers.
+	time *taskTime
 
 	// mu guards the instances of steps downstream of a parallel stage,
 	// which the stage's workers call too. Lock order: a task never holds
@@ -60,6 +69,7 @@ type work struct {
 	recs    []*kgo.Record
 	flush   int // node to flush at this barrier; -1 for none
 	barrier chan struct{}
+	tick    time.Time // at a barrier: do the time work (task.tick) first, unless zero
 }
 
 // newTask makes the task of partition number id, its operators and its
@@ -119,6 +129,14 @@ func newTask(rt *runtime, id pipeline.TaskID) (*task, backlog, error) {
 		t.ops[n.idx] = op
 		t.ctxs[n.idx] = &opContext{Context: t.ctx, task: t, node: n, log: rt.log.With("step", n.name, "task", id)}
 	}
+	tt, err := newTaskTime(rt, t)
+	if err != nil {
+		t.closeOps()
+		return nil, need, err
+	}
+	if tt.on || slices.ContainsFunc(tt.all, func(c *consumer) bool { return c.handler != nil }) {
+		t.time = tt
+	}
 	// The operators registered their states: the restore can check every
 	// record with its state's codec.
 	return t, need, nil
@@ -129,8 +147,18 @@ func (t *task) start() { go t.run() }
 
 func (t *task) run() {
 	defer close(t.done)
+	tt := t.time
+	if tt != nil {
+		// The stores are restored: they hold the committed input times.
+		if err := tt.load(); err != nil {
+			t.rt.fail(fmt.Errorf("task %d: reading its event time from its state: %w", t.id, err))
+		}
+	}
 	for w := range t.in {
 		if w.barrier != nil {
+			if !w.tick.IsZero() && !t.rt.failed() {
+				t.tick(w.tick)
+			}
 			if w.flush >= 0 && !t.rt.failed() {
 				t.flush(t.rt.g.nodes[w.flush])
 			}
@@ -145,6 +173,7 @@ func (t *task) run() {
 		var src *node
 		var srcTopic string
 		var direct *sinkOp // src's direct sink, if it has one
+		var in *inputTime  // src's partition, in graphs tracking event time
 		for i, kr := range w.recs {
 			if t.rt.failed() {
 				// A record failed with no dead-letter topic: the
@@ -159,12 +188,22 @@ func (t *task) run() {
 				if src.direct != nil {
 					direct = t.ops[src.direct.idx].(*sinkOp)
 				}
+				in = nil
+				if tt != nil && tt.on {
+					if in = tt.ins[kr.Topic]; in != nil && !src.internal {
+						in.last, in.isIdle = t.rt.clock().Now(), false
+					}
+				}
 			}
 			if direct != nil && direct.passThrough(kr) {
 				continue
 			}
 			var r *pipeline.Record
 			if src.internal {
+				if isWatermark(kr) {
+					t.writerMark(in, kr)
+					continue
+				}
 				r = repartitionRecord(kr, src.decs)
 			} else {
 				if len(slab) == 0 {
@@ -173,6 +212,17 @@ func (t *task) run() {
 				r = &slab[0]
 				slab = slab[1:]
 				r.Read(kr, src.dec)
+				if src.et.from != nil && tt != nil {
+					ts, err := tt.eventTimeOf(src.et, r)
+					if err != nil {
+						t.rt.recordFailed(&pipeline.RecordError{Step: src.name, Path: src.et.path, Position: r.Source, Err: err}, r)
+						continue
+					}
+					r.Timestamp = ts
+				}
+				if in != nil {
+					t.observe(in, r.Timestamp.UnixMilli())
+				}
 			}
 			t.deliver(src, "", r)
 		}

@@ -97,18 +97,26 @@ func newAggregate(s *pipeline.Spec) (pipeline.Definition, error) {
 		s.Errorf(".fields", "required: at least one aggregation, e.g. {count: count}")
 		return nil, nil
 	}
-	names := make([]string, 0, len(as.Fields))
-	for n := range as.Fields {
+	a.fields = parseFields(s, ".fields", as.Fields)
+	a.fp = "aggregate:v1:" + fieldsHash(a.fields)
+	return a, nil
+}
+
+// parseFields reads the aggregations of fields, at sub of s's path.
+func parseFields(s *pipeline.Spec, sub string, fields map[string]any) []aggField {
+	var out []aggField
+	names := make([]string, 0, len(fields))
+	for n := range fields {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		sub := ".fields." + name
+		fsub := sub + "." + name
 		f := aggField{name: name}
-		switch v := as.Fields[name].(type) {
+		switch v := fields[name].(type) {
 		case string:
 			if v != string(aggCount) {
-				s.Errorf(sub, "a bare string must be count; give other aggregations as {sum: expression} and the like")
+				s.Errorf(fsub, "a bare string must be count; give other aggregations as {sum: expression} and the like")
 				continue
 			}
 			f.kind = aggCount
@@ -122,27 +130,27 @@ func newAggregate(s *pipeline.Spec) (pipeline.Definition, error) {
 				case slices.Contains(aggKinds, aggKind(k)):
 					kinds = append(kinds, k)
 				default:
-					s.Errorf(sub+"."+k, "unknown key (want one of count, sum, min, max, avg, first, last, collect, reduce)")
+					s.Errorf(fsub+"."+k, "unknown key (want one of count, sum, min, max, avg, first, last, collect, reduce)")
 				}
 			}
 			slices.Sort(kinds)
 			if len(kinds) != 1 {
-				s.Errorf(sub, "expected exactly one aggregation, found %v", kinds)
+				s.Errorf(fsub, "expected exactly one aggregation, found %v", kinds)
 				continue
 			}
 			f.kind = aggKind(kinds[0])
 			src, ok := v[kinds[0]].(string)
 			if !ok {
-				s.Errorf(sub+"."+kinds[0], "expected an expression string, got %s", pipeline.Describe(v[kinds[0]]))
+				s.Errorf(fsub+"."+kinds[0], "expected an expression string, got %s", pipeline.Describe(v[kinds[0]]))
 				continue
 			}
-			f.expr = s.Expr(sub+"."+kinds[0], src, pipeline.AnyResult)
+			f.expr = s.Expr(fsub+"."+kinds[0], src, pipeline.AnyResult)
 			if f.kind == aggCollect {
 				f.max = defaultCollectMax
 				if m, ok := v["max"]; ok {
 					n, ok := pipeline.AsInt(m)
 					if !ok || n < 1 {
-						s.Errorf(sub+".max", "must be a whole number, at least 1")
+						s.Errorf(fsub+".max", "must be a whole number, at least 1")
 					}
 					f.max = n
 				}
@@ -150,24 +158,29 @@ func newAggregate(s *pipeline.Spec) (pipeline.Definition, error) {
 			if f.kind == aggReduce {
 				init, ok := v["init"].(string)
 				if !ok {
-					s.Errorf(sub+".init", "required with reduce: the expression of the first state")
+					s.Errorf(fsub+".init", "required with reduce: the expression of the first state")
 					continue
 				}
-				f.init = s.Expr(sub+".init", init, pipeline.AnyResult)
+				f.init = s.Expr(fsub+".init", init, pipeline.AnyResult)
 			} else if _, ok := v["init"]; ok {
-				s.Errorf(sub+".init", "only reduce takes init")
+				s.Errorf(fsub+".init", "only reduce takes init")
 			}
 		default:
-			s.Errorf(sub, "expected count or {aggregation: expression}, got %s", pipeline.Describe(v))
+			s.Errorf(fsub, "expected count or {aggregation: expression}, got %s", pipeline.Describe(v))
 			continue
 		}
-		a.fields = append(a.fields, f)
+		out = append(out, f)
 	}
-	// The fingerprint covers what gives the state its meaning: the fields,
-	// their kinds and expressions. Changing them makes old state unreadable
-	// or wrong, so it is refused at start-up.
+	return out
+}
+
+// fieldsHash identifies fields, for a fingerprint: what gives an
+// aggregation's state its meaning is the fields, their kinds and
+// expressions. Changing them makes old state unreadable or wrong, so it is
+// refused at start-up.
+func fieldsHash(fields []aggField) string {
 	h := sha256.New()
-	for _, f := range a.fields {
+	for _, f := range fields {
 		fmt.Fprintf(h, "%s|%s|", f.name, f.kind)
 		if f.expr != nil {
 			h.Write([]byte(f.expr.String()))
@@ -177,8 +190,7 @@ func newAggregate(s *pipeline.Spec) (pipeline.Definition, error) {
 		}
 		fmt.Fprintf(h, "|%d;", f.max)
 	}
-	a.fp = "aggregate:v1:" + hex.EncodeToString(h.Sum(nil)[:12])
-	return a, nil
+	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 func (a *aggregate) Outputs() []string   { return nil }

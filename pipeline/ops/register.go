@@ -30,6 +30,7 @@ func Register(reg *pipeline.Registry) error {
 		{"union", newUnion},
 		{"aggregate", newAggregate},
 		{"dedupe", newDedupe},
+		{"window", newWindow},
 	} {
 		if err := reg.Register(k.kind, onlyExpressions(k.f)); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/pipeline-run/pipeline/pipeline"
 )
@@ -31,6 +32,13 @@ type Context struct {
 	TaskID pipeline.TaskID
 	In     int
 	Log    *slog.Logger
+	// WM is what Watermark returns: set it to drive an operator that
+	// uses event time.
+	WM time.Time
+	// Clock is what Now returns; the wall clock when zero.
+	Clock time.Time
+	// Late holds the records dropped with DropLate.
+	Late []*pipeline.Record
 
 	eval pipeline.Evaluator
 	out  []Emitted
@@ -53,6 +61,20 @@ func (c *Context) Eval() *pipeline.Evaluator { return &c.eval }
 
 // Logger returns c.Log.
 func (c *Context) Logger() *slog.Logger { return c.Log }
+
+// Watermark returns c.WM.
+func (c *Context) Watermark() time.Time { return c.WM }
+
+// Now returns c.Clock, or the wall clock when it is zero.
+func (c *Context) Now() time.Time {
+	if c.Clock.IsZero() {
+		return time.Now()
+	}
+	return c.Clock
+}
+
+// DropLate records r in c.Late.
+func (c *Context) DropLate(r *pipeline.Record) { c.Late = append(c.Late, r) }
 
 // Emit records r as sent to the default output.
 func (c *Context) Emit(r *pipeline.Record) { c.out = append(c.out, Emitted{Record: r}) }

@@ -18,6 +18,10 @@ type ChangelogRecord struct {
 	Offset int64
 }
 
+// Timers returns the store's timers states, in the order they were
+// registered.
+func (s *Store) Timers() []*Timers { return s.timers }
+
 // Stats describe a store.
 type Stats struct {
 	Keys      int64 // committed entries (map entries count one each); -1 where the backend does not count them (pebble)
@@ -50,6 +54,11 @@ type Store struct {
 	closed   bool
 
 	expired int64
+	// gen counts the changes of the store's content other than writes
+	// through its states (aborts, restores): in-memory indexes of the
+	// state (Timers) rebuild when it moved.
+	gen    uint64
+	timers []*Timers
 	// Scratch buffers: kbuf for keys, wbuf for values being written,
 	// ebuf for list elements, gbuf for map groups.
 	kbuf, wbuf, ebuf, gbuf []byte
@@ -227,6 +236,7 @@ func (s *Store) Abort() error {
 	}
 	s.dropOverlay()
 	s.tab.rollback()
+	s.gen++
 	return nil
 }
 
@@ -296,6 +306,7 @@ func (s *Store) Restore(recs []ChangelogRecord, lastOffset int64) error {
 		}
 	}
 	lastOffset = max(lastOffset, applied)
+	s.gen++
 	var err error
 	if len(ws) > 0 || fp != "" || lastOffset != applied {
 		err = s.tab.commit(ws, lastOffset, fp, true)
@@ -336,7 +347,7 @@ func (s *Store) checkRecord(rk recordKey, val []byte) error {
 		slices.Sort(names)
 		return fmt.Errorf("state %q is not one the operator registers (%s)", rk.state, strings.Join(names, ", "))
 	}
-	if isMap := rk.group > 0; isMap != (st.kind == kindMap) {
+	if isMap := rk.group > 0; isMap != (st.kind == kindMap || st.kind == kindTimers) {
 		return fmt.Errorf("not a record of %s state %q", st.kind, st.name)
 	}
 	if val != nil && st.check != nil {

@@ -1,0 +1,415 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/internal/codec"
+	"github.com/pipeline-run/pipeline/internal/testkit"
+)
+
+// The window tests check results against an oracle computed from the input
+// alone: for each partition, in order, the watermark is the latest event
+// time seen minus the bound, and a record is late once its window's end
+// plus the lateness is at or behind it. Nothing of the implementation is
+// used.
+
+const t0 = int64(1_700_000_000_000) // event times start here (Unix ms)
+
+// event is one input record: its partition, key, event time and value.
+type event struct {
+	part int32
+	key  string
+	ts   int64
+	v    int
+}
+
+// wkey names one window of one key.
+type wkey struct {
+	key        string
+	start, end int64
+}
+
+func (w wkey) String() string {
+	return fmt.Sprintf("%s[%d,%d)", w.key, w.start-t0, w.end-t0)
+}
+
+// emission is one result of a window.
+type emission struct {
+	n, sum int
+	timing string
+}
+
+func (e emission) String() string { return fmt.Sprintf("%s n=%d sum=%d", e.timing, e.n, e.sum) }
+
+// windowOracle computes the results of tumbling (slide == size) or
+// sliding windows over parts, each partition's events in order, and the
+// events that are late data.
+func windowOracle(parts [][]event, size, slide, bound, lateness int64) (map[wkey][]emission, []event) {
+	out := map[wkey][]emission{}
+	var late []event
+	for _, evs := range parts {
+		type win struct {
+			n, sum int
+			fired  bool
+		}
+		open := map[wkey]*win{}
+		wm := int64(math.MinInt64)
+		for _, e := range evs {
+			wm = max(wm, e.ts-bound)
+			// Windows whose end the watermark reached close, in any order:
+			// each window's own results are what is compared.
+			for k, w := range open {
+				if !w.fired && k.end <= wm {
+					w.fired = true
+					out[k] = append(out[k], emission{w.n, w.sum, "on_time"})
+				}
+			}
+			took := false
+			first := e.ts - ((e.ts%slide)+slide)%slide
+			for start := first; start > e.ts-size; start -= slide {
+				k := wkey{e.key, start, start + size}
+				if k.end+lateness <= wm {
+					continue
+				}
+				took = true
+				w := open[k]
+				if w == nil {
+					w = &win{}
+					open[k] = w
+				}
+				w.n++
+				w.sum += e.v
+				if w.fired || k.end <= wm {
+					w.fired = true
+					out[k] = append(out[k], emission{w.n, w.sum, "late"})
+				}
+			}
+			if !took {
+				late = append(late, e)
+			}
+		}
+	}
+	return out, late
+}
+
+// sessionOracle computes session windows of the given gap from events that
+// all came on time: per key, events no more than gap apart in event time
+// are one session, [first, last+gap).
+func sessionOracle(parts [][]event, gap int64) map[wkey][]emission {
+	byKey := map[string][]event{}
+	for _, evs := range parts {
+		for _, e := range evs {
+			byKey[e.key] = append(byKey[e.key], e)
+		}
+	}
+	out := map[wkey][]emission{}
+	for key, evs := range byKey {
+		slices.SortFunc(evs, func(a, b event) int { return int(a.ts - b.ts) })
+		var cur wkey
+		var em emission
+		for i, e := range evs {
+			if i > 0 && e.ts > cur.end {
+				out[cur] = []emission{em}
+				em = emission{}
+			}
+			if i == 0 || e.ts > cur.end {
+				cur = wkey{key, e.ts, e.ts + gap}
+			}
+			cur.end = max(cur.end, e.ts+gap)
+			em.n++
+			em.sum += e.v
+			em.timing = "on_time"
+		}
+		out[cur] = []emission{em}
+	}
+	return out
+}
+
+// genEvents makes n events per partition over keys per partition: mostly
+// moving forward, some out of order within bound, and, when late > 0,
+// that share of them further behind (late data, or within the lateness).
+func genEvents(rng *rand.Rand, partitions, n, keys int, bound int64, late float64, reach int64) [][]event {
+	parts := make([][]event, partitions)
+	for p := range parts {
+		maxSeen := t0
+		for i := range n {
+			ts := maxSeen + rng.Int64N(700)
+			switch x := rng.Float64(); {
+			case x < late:
+				ts = maxSeen - bound - rng.Int64N(reach)
+			case x < late+0.3:
+				ts = maxSeen - rng.Int64N(bound) // on time: after the watermark
+			}
+			maxSeen = max(maxSeen, ts)
+			parts[p] = append(parts[p], event{part: int32(p), key: fmt.Sprintf("p%dk%d", p, rng.IntN(keys)), ts: ts, v: i%7 + 1})
+		}
+	}
+	return parts
+}
+
+// withFlush adds to each partition a last record, keyed "flush", ahead in
+// event time of the others by ahead: it closes every window before it.
+// Results of key "flush" are left out of the comparisons.
+func withFlush(parts [][]event, ahead int64) [][]event {
+	out := make([][]event, len(parts))
+	for p, evs := range parts {
+		maxSeen := t0
+		for _, e := range evs {
+			maxSeen = max(maxSeen, e.ts)
+		}
+		out[p] = append(slices.Clip(evs), event{part: int32(p), key: "flush", ts: maxSeen + ahead})
+	}
+	return out
+}
+
+// produceEvents writes each event to its partition.
+func produceEvents(t *testing.T, k *testkit.Kafka, topic string, parts [][]event) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var rs []*kgo.Record
+	for _, evs := range parts {
+		for _, e := range evs {
+			rs = append(rs, &kgo.Record{Topic: topic, Partition: e.part, Key: []byte(e.key),
+				Value: fmt.Appendf(nil, `{"ts":%d,"v":%d}`, e.ts, e.v)})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// windowResults reads a window step's results from topic: each window's
+// emissions in the order they were written.
+func windowResults(t *testing.T, k *testkit.Kafka, topic string) map[wkey][]emission {
+	t.Helper()
+	got := map[wkey][]emission{}
+	for _, r := range k.ReadAll(topic) {
+		x, err := codec.DecodeJSON(r.Value)
+		if err != nil {
+			t.Fatalf("result %s: %v", r.Value, err)
+		}
+		m := x.(map[string]any)
+		key, _ := m["key"].(string)
+		if key != string(r.Key) {
+			t.Fatalf("result %s has record key %q", r.Value, r.Key)
+		}
+		if key == "flush" {
+			continue
+		}
+		w := wkey{key, int64(m["window_start"].(int)), int64(m["window_end"].(int))}
+		if want := w.end - 1; r.Timestamp.UnixMilli() != want {
+			t.Fatalf("result of %v stamped %d, want end-1 = %d", w, r.Timestamp.UnixMilli()-t0, want-t0)
+		}
+		n, _ := m["n"].(int)
+		sum, _ := m["sum"].(int)
+		got[w] = append(got[w], emission{n, sum, m["timing"].(string)})
+	}
+	return got
+}
+
+func compareWindows(t *testing.T, got, want map[wkey][]emission) {
+	t.Helper()
+	for k := range want {
+		if k.key == "flush" {
+			delete(want, k)
+		}
+	}
+	var keys []wkey
+	for k := range want {
+		keys = append(keys, k)
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	bad := 0
+	for _, k := range keys {
+		if fmt.Sprint(got[k]) != fmt.Sprint(want[k]) {
+			if bad++; bad <= 5 {
+				t.Errorf("window %v:\n got %v\nwant %v", k, got[k], want[k])
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d windows differ from the oracle", bad, len(keys))
+	}
+}
+
+const windowed = `
+instance_id: i1
+checkpoint: {interval: 50ms, timeout: 10s, max_records: 100}
+transactions: {timeout: 20s}
+consumer: {session_timeout: 6s}
+sources: {in: {topics: [in], event_time: {from: value.ts, max_out_of_orderness: %dms}}}
+steps:
+  - name: w
+    window:
+      %s
+      allowed_lateness: %dms
+      fields: {n: count, sum: {sum: value.v}}
+      late: output
+sinks:
+  out: {topic: out, from: w}
+  late: {topic: late, from: w.late}
+dead_letter: {topic: dlq}
+`
+
+// TestWindowsMatchTheOracle runs tumbling and sliding windows over
+// out-of-order and late records on three partitions, aborting every third
+// checkpoint and restarting the pipeline half-way: every window's results,
+// early closes, corrections and late data included, are the oracle's,
+// each exactly once.
+func TestWindowsMatchTheOracle(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		spec        string
+		size, slide int64
+	}{
+		{"tumbling", "tumbling: 2s", 2000, 2000},
+		{"sliding", "sliding: {size: 3s, slide: 1s}", 3000, 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const bound, lateness = 1500, 1000
+			rng := rand.New(rand.NewPCG(7, uint64(len(tc.name))))
+			parts := withFlush(genEvents(rng, 3, 600, 5, bound, 0.08, 4000), 100*tc.size)
+			want, late := windowOracle(parts, tc.size, tc.slide, bound, lateness)
+			corrections := 0
+			for _, em := range want {
+				corrections += len(em) - 1
+			}
+			if len(late) == 0 || corrections == 0 {
+				t.Fatalf("the input has %d late records and %d corrections: it tests nothing", len(late), corrections)
+			}
+
+			k := testkit.NewKafka(t)
+			for _, topic := range []string{"in", "out", "late", "dlq"} {
+				k.Topic(topic, 3)
+			}
+			body := fmt.Sprintf(windowed, bound, tc.spec, lateness)
+			// The first half, with every third checkpoint aborted.
+			half := make([][]event, len(parts))
+			rest := make([][]event, len(parts))
+			for p := range parts {
+				half[p], rest[p] = parts[p][:len(parts[p])/2], parts[p][len(parts[p])/2:]
+			}
+			produceEvents(t, k, "in", half)
+			every := testkit.NewEveryNth(3)
+			first := newPipeline(t, k, body, nil, WithBeforeCommit(func(cp Checkpoint) error {
+				if cp.Records > 0 && every.Hit() {
+					return errors.New("injected")
+				}
+				return nil
+			}))
+			testkit.RunUntilCommitted(t, k, first, "t", "in")
+			if every.Fired() == 0 {
+				t.Fatal("no checkpoint was aborted")
+			}
+			// The rest, on a new pipeline that restores the state and the
+			// watermarks from the changelog.
+			produceEvents(t, k, "in", rest)
+			second := newPipeline(t, k, body, nil)
+			testkit.RunUntilCommitted(t, k, second, "t", "in")
+
+			compareWindows(t, windowResults(t, k, "out"), want)
+			gotLate := k.ReadAll("late")
+			if len(gotLate) != len(late) {
+				t.Fatalf("%d records in the late output, the oracle has %d late", len(gotLate), len(late))
+			}
+			var gl, wl []string
+			for _, r := range gotLate {
+				gl = append(gl, string(r.Key)+string(r.Value))
+			}
+			for _, e := range late {
+				wl = append(wl, e.key+fmt.Sprintf(`{"ts":%d,"v":%d}`, e.ts, e.v))
+			}
+			slices.Sort(gl)
+			slices.Sort(wl)
+			if !slices.Equal(gl, wl) {
+				t.Fatalf("late output differs from the oracle's late records")
+			}
+			t.Logf("%d windows, %d corrections, %d late records, %d aborted checkpoints", len(want), corrections, len(late), every.Fired())
+		})
+	}
+}
+
+// TestSessionWindowsMatchTheOracle: sessions merge as out-of-order records
+// bridge them, and each final session is emitted once.
+func TestSessionWindowsMatchTheOracle(t *testing.T) {
+	const bound, gap = 1500, 1200
+	rng := rand.New(rand.NewPCG(11, 3))
+	parts := withFlush(genEvents(rng, 2, 500, 4, bound, 0, 1), 100*gap)
+	want := sessionOracle(parts, gap)
+	if len(want) < 20 {
+		t.Fatalf("only %d sessions", len(want))
+	}
+	k := testkit.NewKafka(t)
+	for _, topic := range []string{"in", "out", "late", "dlq"} {
+		k.Topic(topic, 2)
+	}
+	body := fmt.Sprintf(windowed, bound, fmt.Sprintf("session: {gap: %dms}", gap), 0)
+	produceEvents(t, k, "in", parts)
+	every := testkit.NewEveryNth(4)
+	p := newPipeline(t, k, body, nil, WithBeforeCommit(func(cp Checkpoint) error {
+		if cp.Records > 0 && every.Hit() {
+			return errors.New("injected")
+		}
+		return nil
+	}))
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
+	compareWindows(t, windowResults(t, k, "out"), want)
+	if n := len(k.ReadAll("late")); n != 0 {
+		t.Fatalf("%d late records from an input with none", n)
+	}
+	t.Logf("%d sessions, %d aborted checkpoints", len(want), every.Fired())
+}
+
+// TestWindowResultShape pins the JSON of a result: the documented shape.
+func TestWindowResultShape(t *testing.T) {
+	k := testkit.NewKafka(t)
+	for _, topic := range []string{"in", "out", "late", "dlq"} {
+		k.Topic(topic, 1)
+	}
+	body := strings.Replace(fmt.Sprintf(windowed, 0, "tumbling: 1m", 0), "fields: {n: count, sum: {sum: value.v}}",
+		"fields: {n: count, sum: {sum: value.v}, mean: {avg: value.v}, hi: {max: value.v}}", 1)
+	produceEvents(t, k, "in", withFlush([][]event{{{0, "s1", t0 + 1000, 3}, {0, "s1", t0 + 2000, 4}}}, 120_000))
+	testkit.RunUntilCommitted(t, k, newPipeline(t, k, body, nil), "t", "in")
+	var out []*kgo.Record
+	for _, r := range k.ReadAll("out") {
+		if string(r.Key) != "flush" {
+			out = append(out, r)
+		}
+	}
+	if len(out) != 1 {
+		t.Fatalf("%d results, want 1", len(out))
+	}
+	start := t0 - t0%60000
+	var got, want any
+	_ = json.Unmarshal(out[0].Value, &got)
+	_ = json.Unmarshal(fmt.Appendf(nil, `{"key":"s1","window_start":%d,"window_end":%d,"timing":"on_time","n":2,"sum":7,"mean":3.5,"hi":4}`, start, start+60000), &want)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("result %s", out[0].Value)
+	}
+	if string(out[0].Key) != "s1" || out[0].Timestamp.UnixMilli() != start+60000-1 {
+		t.Fatalf("result key %q, timestamp %d", out[0].Key, out[0].Timestamp.UnixMilli())
+	}
+}
