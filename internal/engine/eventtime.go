@@ -2,7 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,6 +76,7 @@ func buildEventTime(src *config.Source, line func(string) int, errs *config.Erro
 type timeRecord struct {
 	Max     int64           `json:"max,omitempty"`
 	Writers map[int32]int64 `json:"writers,omitempty"`
+	Idle    []int32         `json:"idle,omitempty"` // writers that said they are idle
 }
 
 // inputTime is the event time of one input partition of a task.
@@ -95,6 +98,7 @@ type inputTime struct {
 	// The committed values, for a rollback.
 	cMax     int64
 	cWriters map[int32]int64
+	cIdleW   map[int32]bool
 }
 
 func (in *inputTime) watermark() int64 {
@@ -272,13 +276,18 @@ func (tt *taskTime) load() error {
 				continue // a topic the step no longer reads
 			}
 			in.max = max(in.max, e.Value.Max)
+			if in.writers == nil {
+				continue
+			}
 			for w, x := range e.Value.Writers {
-				if in.writers != nil {
-					if cur, ok := in.writers[w]; !ok || x > cur {
-						in.writers[w] = x
-					}
+				if cur, ok := in.writers[w]; !ok || x > cur {
+					in.writers[w] = x
 				}
 			}
+			for _, w := range e.Value.Idle {
+				in.idleW[w] = true
+			}
+			in.isIdle = len(in.idleW) >= in.nwriters
 		}
 	}
 	for _, in := range tt.ins {
@@ -294,10 +303,17 @@ func (tt *taskTime) load() error {
 func (in *inputTime) commit() {
 	in.cMax = in.max
 	if in.writers != nil {
-		in.cWriters = make(map[int32]int64, len(in.writers))
-		for k, v := range in.writers {
-			in.cWriters[k] = v
-		}
+		in.cWriters, in.cIdleW = maps.Clone(in.writers), maps.Clone(in.idleW)
+	}
+}
+
+func (in *inputTime) rollback() {
+	in.max = in.cMax
+	if in.writers != nil {
+		in.writers, in.idleW = map[int32]int64{}, map[int32]bool{}
+		maps.Copy(in.writers, in.cWriters)
+		maps.Copy(in.idleW, in.cIdleW)
+		in.isIdle = len(in.idleW) >= in.nwriters
 	}
 }
 
@@ -332,14 +348,17 @@ func (t *task) writerMark(in *inputTime, kr *kgo.Record) {
 		t.rt.log.Warn("ignoring a malformed watermark record", "topic", kr.Topic, "partition", kr.Partition, "offset", kr.Offset, "err", err)
 		return
 	}
+	if idle != in.idleW[w] {
+		in.dirty = true
+	}
 	if idle {
 		in.idleW[w] = true
 	} else {
 		delete(in.idleW, w)
-		if cur, ok := in.writers[w]; !ok || x > cur {
-			in.writers[w] = x
-			in.dirty = true
-		}
+	}
+	if cur, ok := in.writers[w]; x != noTime && (!ok || x > cur) {
+		in.writers[w] = x
+		in.dirty = true
 	}
 	in.isIdle = len(in.idleW) >= in.nwriters
 	t.advance(in)
@@ -437,6 +456,10 @@ func (tt *taskTime) persist() error {
 		if in.max != noTime {
 			rec.Max = in.max
 		}
+		for w := range in.idleW {
+			rec.Idle = append(rec.Idle, w)
+		}
+		slices.Sort(rec.Idle)
 		for _, m := range tt.stores {
 			if err := m.Put(timeGroup, in.topic, rec); err != nil {
 				return err
@@ -454,13 +477,7 @@ func (tt *taskTime) settle(committed bool) {
 		if committed {
 			in.commit()
 		} else {
-			in.max = in.cMax
-			if in.writers != nil {
-				clear(in.writers)
-				for k, v := range in.cWriters {
-					in.writers[k] = v
-				}
-			}
+			in.rollback()
 		}
 		in.dirty = false
 	}
@@ -493,6 +510,7 @@ func (rt *runtime) writeWatermarks() {
 		if parts <= 0 {
 			parts = 1
 		}
+		rt.writeIdle(n, parts)
 		for _, t := range rt.tasks {
 			if t.time == nil || t.time.cons[n.idx] == nil {
 				continue
@@ -511,6 +529,75 @@ func (rt *runtime) writeWatermarks() {
 				rt.internalOut.Add(1)
 				rt.produce(&kgo.Record{Topic: n.repart.topic, Partition: p,
 					Headers: []kgo.RecordHeader{{Key: wire.HeaderWatermark, Value: v}}})
+			}
+		}
+	}
+}
+
+// writeIdle writes, for key_by node n, an idle mark for each partition
+// number this instance owns on every topic n reads but has no task for
+// (nothing came from it), once it has been owned for the topics'
+// idle_timeout: a partition without records must not hold the watermark
+// back for ever.
+func (rt *runtime) writeIdle(n *node, parts int32) {
+	now := rt.clock().Now()
+	for id, topics := range rt.owned {
+		if _, ok := rt.tasks[id]; ok || rt.restores[id] != nil || rt.idleSent[n.idx][id] || rt.idleSentOpen[n.idx][id] {
+			continue
+		}
+		idle := false
+		for _, topic := range n.upTopics {
+			if p, ok := rt.topicParts[topic]; ok && int32(id) >= p {
+				continue
+			}
+			since, ok := topics[topic]
+			src := rt.g.byTopic[topic]
+			if !ok || src == nil || src.et == nil || src.et.idle <= 0 || now.Sub(since) < src.et.idle {
+				idle = false
+				break
+			}
+			idle = true
+		}
+		if !idle {
+			continue
+		}
+		if rt.idleSentOpen == nil {
+			rt.idleSentOpen = map[int]map[pipeline.TaskID]bool{}
+		}
+		if rt.idleSentOpen[n.idx] == nil {
+			rt.idleSentOpen[n.idx] = map[pipeline.TaskID]bool{}
+		}
+		rt.idleSentOpen[n.idx][id] = true
+		v := wire.FormatWatermark(int32(id), noTime, true)
+		for p := range parts {
+			rt.internalOut.Add(1)
+			rt.produce(&kgo.Record{Topic: n.repart.topic, Partition: p,
+				Headers: []kgo.RecordHeader{{Key: wire.HeaderWatermark, Value: v}}})
+		}
+	}
+}
+
+// settleIdle ends the checkpoint for the idle marks of writeIdle.
+func (rt *runtime) settleIdle(committed bool) {
+	if committed {
+		for idx, ids := range rt.idleSentOpen {
+			if rt.idleSent == nil {
+				rt.idleSent = map[int]map[pipeline.TaskID]bool{}
+			}
+			if rt.idleSent[idx] == nil {
+				rt.idleSent[idx] = map[pipeline.TaskID]bool{}
+			}
+			for id := range ids {
+				rt.idleSent[idx][id] = true
+			}
+		}
+	}
+	rt.idleSentOpen = nil
+	// A partition that now has a task writes its own watermarks.
+	for _, ids := range rt.idleSent {
+		for id := range ids {
+			if _, ok := rt.tasks[id]; ok {
+				delete(ids, id)
 			}
 		}
 	}

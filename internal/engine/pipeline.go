@@ -187,6 +187,13 @@ type runtime struct {
 	// kept is, after a rebuild, the tasks whose state was kept for the
 	// new client; see assigned.
 	kept map[pipeline.TaskID]bool
+	// owned is when each partition assigned to this instance was
+	// assigned, by partition number and topic (rt.own).
+	owned map[pipeline.TaskID]map[string]time.Time
+	// idleSent is, per key_by node, the partition numbers with no task
+	// that this instance said are idle (committed, and in the open
+	// checkpoint).
+	idleSent, idleSentOpen map[int]map[pipeline.TaskID]bool
 
 	// rebuilding is set while the client is rebuilt: its revoke callbacks
 	// then keep the state. clientGen counts the clients (coordinator

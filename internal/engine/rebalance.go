@@ -24,6 +24,7 @@ func (rt *runtime) revoked(m map[string][]int32) {
 	var stop []*task
 	var restores []*restoring
 	rt.mu.Lock()
+	rt.own(m, false)
 	for topic, parts := range m {
 		for _, p := range parts {
 			id := pipeline.TaskID(p)
@@ -63,6 +64,7 @@ func (rt *runtime) revoked(m map[string][]int32) {
 // tasks the new client was not given back.
 func (rt *runtime) assigned(m map[string][]int32) {
 	rt.mu.Lock()
+	rt.own(m, true)
 	kept := rt.kept
 	rt.kept = nil
 	var restores []*restoring
@@ -87,6 +89,34 @@ func (rt *runtime) assigned(m map[string][]int32) {
 	}
 	for id := range kept {
 		rt.dropState(id)
+	}
+}
+
+// own notes partitions assigned (or revoked) with the time they were first
+// assigned: a partition that never had records stops holding the
+// watermark back idle_timeout after that (writeWatermarks). rt.mu is held.
+func (rt *runtime) own(m map[string][]int32, add bool) {
+	if rt.owned == nil {
+		rt.owned = map[pipeline.TaskID]map[string]time.Time{}
+	}
+	now := rt.clock().Now()
+	for topic, parts := range m {
+		for _, p := range parts {
+			id := pipeline.TaskID(p)
+			if !add {
+				delete(rt.owned[id], topic)
+				for _, ids := range rt.idleSent {
+					delete(ids, id)
+				}
+				continue
+			}
+			if rt.owned[id] == nil {
+				rt.owned[id] = map[string]time.Time{}
+			}
+			if _, ok := rt.owned[id][topic]; !ok {
+				rt.owned[id][topic] = now
+			}
+		}
 	}
 }
 

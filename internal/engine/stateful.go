@@ -225,6 +225,7 @@ func (rt *runtime) logChanges() {
 func (rt *runtime) settleStores(committed bool) {
 	var broken []*task
 	rt.mu.Lock()
+	rt.settleIdle(committed)
 	for id, t := range rt.tasks {
 		if t.time != nil {
 			t.time.settle(committed)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pipeline-run/pipeline/internal/codec"
 	"github.com/pipeline-run/pipeline/internal/testkit"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // The window tests check results against an oracle computed from the input
@@ -174,6 +175,8 @@ func withFlush(parts [][]event, ahead int64) [][]event {
 	return out
 }
 
+func eventValue(e event) []byte { return fmt.Appendf(nil, `{"k":%q,"ts":%d,"v":%d}`, e.key, e.ts, e.v) }
+
 // produceEvents writes each event to its partition.
 func produceEvents(t *testing.T, k *testkit.Kafka, topic string, parts [][]event) {
 	t.Helper()
@@ -186,7 +189,7 @@ func produceEvents(t *testing.T, k *testkit.Kafka, topic string, parts [][]event
 	for _, evs := range parts {
 		for _, e := range evs {
 			rs = append(rs, &kgo.Record{Topic: topic, Partition: e.part, Key: []byte(e.key),
-				Value: fmt.Appendf(nil, `{"ts":%d,"v":%d}`, e.ts, e.v)})
+				Value: eventValue(e)})
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -340,7 +343,7 @@ func TestWindowsMatchTheOracle(t *testing.T) {
 				gl = append(gl, string(r.Key)+string(r.Value))
 			}
 			for _, e := range late {
-				wl = append(wl, e.key+fmt.Sprintf(`{"ts":%d,"v":%d}`, e.ts, e.v))
+				wl = append(wl, e.key+string(eventValue(e)))
 			}
 			slices.Sort(gl)
 			slices.Sort(wl)
@@ -412,4 +415,147 @@ func TestWindowResultShape(t *testing.T) {
 	if string(out[0].Key) != "s1" || out[0].Timestamp.UnixMilli() != start+60000-1 {
 		t.Fatalf("result key %q, timestamp %d", out[0].Key, out[0].Timestamp.UnixMilli())
 	}
+}
+
+const windowedByKey = `
+instance_id: i1
+checkpoint: {interval: 50ms, timeout: 10s, max_records: 200}
+transactions: {timeout: 20s}
+consumer: {session_timeout: 6s}
+sources: {in: {topics: [in], event_time: {from: value.ts, max_out_of_orderness: %dms%s}}}
+steps:
+  - name: by_k
+    key_by: value.k
+  - name: w
+    window:
+      tumbling: 2s
+      fields: {n: count, sum: {sum: value.v}}
+      late: output
+sinks:
+  out: {topic: out, from: w}
+  late: {topic: late, from: w.late}
+dead_letter: {topic: dlq}
+`
+
+// spread makes events of keys k0..k4 on one partition, from event time
+// from to to, in order but for disorder within bound.
+func spread(rng *rand.Rand, part int32, from, to, bound int64) []event {
+	var evs []event
+	maxSeen := from
+	for ts := from; ts < to; ts += 50 + rng.Int64N(100) {
+		e := ts
+		if rng.IntN(4) == 0 {
+			e = max(from, maxSeen-rng.Int64N(bound))
+		}
+		maxSeen = max(maxSeen, e)
+		evs = append(evs, event{part: part, key: fmt.Sprintf("k%d", rng.IntN(5)), ts: e, v: rng.IntN(9) + 1})
+	}
+	return evs
+}
+
+// allOnTime is what windows of size over every event say when none is
+// late: each window's one result.
+func allOnTime(parts [][]event, size int64) map[wkey][]emission {
+	var all []event
+	for _, evs := range parts {
+		all = append(all, evs...)
+	}
+	slices.SortStableFunc(all, func(a, b event) int { return int(a.ts - b.ts) })
+	want, late := windowOracle([][]event{withFlush([][]event{all}, 10*size)[0]}, size, size, 0, 0)
+	if len(late) > 0 {
+		panic("sorted events cannot be late")
+	}
+	return want
+}
+
+// TestWatermarksCrossKeyByAtTheSlowestWriter: a window after a key_by sees
+// records of one key from every upstream partition. One upstream partition
+// is far behind: the window must wait for it, so that its records, when
+// they come, are on time, not late, even across a restart of the pipeline.
+func TestWatermarksCrossKeyByAtTheSlowestWriter(t *testing.T) {
+	const bound = 1000
+	rng := rand.New(rand.NewPCG(5, 5))
+	fast := spread(rng, 0, t0, t0+60_000, bound)
+	slowHead := spread(rng, 1, t0, t0+5_000, bound)
+	slowTail := spread(rng, 1, t0+5_000, t0+60_000, bound)
+	want := allOnTime([][]event{fast, slowHead, slowTail}, 2000)
+
+	k := testkit.NewKafka(t)
+	for _, topic := range []string{"in", "out", "late", "dlq"} {
+		k.Topic(topic, 2)
+	}
+	body := fmt.Sprintf(windowedByKey, bound, "")
+	repart := wire.RepartitionTopic("t", "by_k")
+	produceEvents(t, k, "in", [][]event{fast, slowHead})
+	testkit.RunUntilSettled(t, k, newPipeline(t, k, body, nil), "t", "in", repart)
+	early := windowResults(t, k, "out")
+	held := slowHead[len(slowHead)-1].ts - bound
+	for _, e := range slowHead {
+		held = max(held, e.ts-bound)
+	}
+	if len(early) == 0 {
+		t.Fatal("no window closed before the slow partition caught up: the test shows nothing")
+	}
+	for w := range early {
+		if w.end > held {
+			t.Fatalf("window %v closed, but the slow partition's watermark is at %d", w, held-t0)
+		}
+	}
+
+	// The slow partition catches up, on a new pipeline.
+	produceEvents(t, k, "in", withFlush([][]event{nil, slowTail}, 20_000))
+	last := fast[len(fast)-1]
+	for _, e := range fast {
+		last.ts = max(last.ts, e.ts)
+	}
+	produceEvents(t, k, "in", [][]event{{{part: 0, key: "flush", ts: last.ts + 20_000}}})
+	testkit.RunUntilSettled(t, k, newPipeline(t, k, body, nil), "t", "in", repart)
+	if n := len(k.ReadAll("late")); n != 0 {
+		t.Fatalf("%d records were late: a window closed before the slow partition passed it", n)
+	}
+	compareWindows(t, windowResults(t, k, "out"), want)
+	t.Logf("%d windows; %d had closed while the slow partition was behind", len(want), len(early))
+}
+
+// TestIdlePartitionsStopHoldingTheWatermark: one upstream partition stops
+// early and another never has a record; with idle_timeout they stop
+// holding the window back after a key_by.
+func TestIdlePartitionsStopHoldingTheWatermark(t *testing.T) {
+	const bound = 500
+	rng := rand.New(rand.NewPCG(9, 9))
+	busy := spread(rng, 0, t0, t0+30_000, bound)
+	quiet := spread(rng, 1, t0, t0+3_000, bound)
+	all := allOnTime([][]event{busy, quiet}, 2000)
+	wm := t0
+	for _, e := range busy {
+		wm = max(wm, e.ts-bound)
+	}
+	want := map[wkey][]emission{}
+	for w, em := range all {
+		if w.end <= wm {
+			want[w] = em
+		}
+	}
+
+	k := testkit.NewKafka(t)
+	for _, topic := range []string{"in", "out", "late", "dlq"} {
+		k.Topic(topic, 3) // partition 2 never has a record
+	}
+	produceEvents(t, k, "in", [][]event{busy, quiet})
+	p := newPipeline(t, k, fmt.Sprintf(windowedByKey, bound, ", idle_timeout: 300ms"), nil)
+	stop := testkit.Start(t, p)
+	deadline := time.Now().Add(60 * time.Second)
+	var got map[wkey][]emission
+	for {
+		got = windowResults(t, k, "out")
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	compareWindows(t, got, want)
+	t.Logf("%d windows closed on the busy partition alone", len(want))
 }

@@ -176,6 +176,59 @@ func RunUntilCommitted(t testing.TB, k *Kafka, r Runner, group, topic string) {
 	}
 }
 
+// WaitSettled polls until group has committed the end of every topic and
+// the topics stopped growing: a pipeline that reads back what it writes
+// (key_by's repartition topics) is done only when a round finds nothing new.
+func (k *Kafka) WaitSettled(ctx context.Context, group string, topics ...string) error {
+	ends := func() (int, error) {
+		n := 0
+		for _, topic := range topics {
+			recs, err := offsets.ReadToEnd(ctx, k.Client, topic, true)
+			if err != nil {
+				return 0, err
+			}
+			n += len(recs)
+		}
+		return n, nil
+	}
+	last := -1
+	for {
+		for _, topic := range topics {
+			if err := k.WaitCommitted(ctx, group, topic); err != nil {
+				return err
+			}
+		}
+		n, err := ends()
+		if err != nil {
+			return err
+		}
+		if n == last {
+			return nil
+		}
+		last = n
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// RunUntilSettled runs r until WaitSettled returns for group and topics.
+func RunUntilSettled(t testing.TB, k *Kafka, r Runner, group string, topics ...string) {
+	t.Helper()
+	stop := Start(t, r)
+	wctx, wcancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer wcancel()
+	werr := k.WaitSettled(wctx, group, topics...)
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if werr != nil {
+		t.Fatal(werr)
+	}
+}
+
 // EveryNth is a fault that fires on every n-th call of Hit, and counts
 // how often it fired, so that a test can show its fault happened.
 type EveryNth struct {
