@@ -7,6 +7,7 @@ package wire
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -48,31 +49,44 @@ const HeaderValueFormat = "pipeline.value-format"
 const HeaderWatermark = "pipeline.watermark"
 
 // FormatWatermark is the header value saying that task writer's watermark
-// is wm (Unix milliseconds), or that every input of the writer is idle.
+// is wm (Unix milliseconds; math.MinInt64 for none yet), and whether every
+// input of the writer is idle: "<writer> <wm>", "<writer> idle <wm>" or
+// "<writer> idle".
 func FormatWatermark(writer int32, wm int64, idle bool) []byte {
-	if idle {
+	switch {
+	case idle && wm == math.MinInt64:
 		return fmt.Appendf(nil, "%d idle", writer)
+	case idle:
+		return fmt.Appendf(nil, "%d idle %d", writer, wm)
 	}
 	return fmt.Appendf(nil, "%d %d", writer, wm)
 }
 
 // ParseWatermark reads a FormatWatermark value.
 func ParseWatermark(b []byte) (writer int32, wm int64, idle bool, err error) {
-	w, x, ok := strings.Cut(string(b), " ")
-	if !ok {
-		return 0, 0, false, fmt.Errorf("watermark %q: want \"<writer> <millis>\" or \"<writer> idle\"", b)
+	f := strings.Fields(string(b))
+	bad := func(what string) (int32, int64, bool, error) {
+		return 0, 0, false, fmt.Errorf("watermark %q: %s (want \"<writer> <millis>\", \"<writer> idle <millis>\" or \"<writer> idle\")", b, what)
 	}
-	n, err := strconv.ParseInt(w, 10, 32)
+	if len(f) < 2 || len(f) > 3 {
+		return bad("malformed")
+	}
+	n, err := strconv.ParseInt(f[0], 10, 32)
 	if err != nil || n < 0 {
-		return 0, 0, false, fmt.Errorf("watermark %q: bad writer", b)
+		return bad("bad writer")
 	}
-	if x == "idle" {
-		return int32(n), 0, true, nil
+	wm = math.MinInt64
+	if idle = f[1] == "idle"; idle {
+		f = f[1:]
+	} else if len(f) != 2 {
+		return bad("malformed")
 	}
-	if wm, err = strconv.ParseInt(x, 10, 64); err != nil {
-		return 0, 0, false, fmt.Errorf("watermark %q: bad time", b)
+	if len(f) == 2 {
+		if wm, err = strconv.ParseInt(f[1], 10, 64); err != nil {
+			return bad("bad time")
+		}
 	}
-	return int32(n), wm, false, nil
+	return int32(n), wm, idle, nil
 }
 
 // ChangelogTopic is the changelog topic of a stateful step.

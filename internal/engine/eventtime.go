@@ -117,14 +117,19 @@ func (in *inputTime) watermark() int64 {
 	if known < in.nwriters {
 		return noTime // some writer has said nothing yet
 	}
-	w := int64(math.MaxInt64)
+	// The minimum over the writers that are not idle; with every writer
+	// idle, the furthest any of them came.
+	w, idleMax := int64(math.MaxInt64), int64(noTime)
 	for id, x := range in.writers {
-		if !in.idleW[id] && x < w {
+		switch {
+		case in.idleW[id]:
+			idleMax = max(idleMax, x)
+		case x < w:
 			w = x
 		}
 	}
 	if w == math.MaxInt64 {
-		return noTime
+		return idleMax
 	}
 	return w
 }
@@ -158,18 +163,21 @@ func (c *consumer) idle() bool {
 }
 
 // compute returns c's watermark: the minimum over its inputs that are not
-// idle, never less than it was. With every input idle it stays.
+// idle, never less than it was. With every input idle, it is the furthest
+// any of them came: nothing is coming, and the windows up to there can
+// close. (A partition that comes back after being idle finds the
+// watermark where the others took it: its records behind it are late.)
 func (c *consumer) compute() int64 {
-	w, any := int64(math.MaxInt64), false
+	w, idleMax := int64(math.MaxInt64), int64(noTime)
 	for _, in := range c.ins {
 		if in.isIdle {
+			idleMax = max(idleMax, in.watermark())
 			continue
 		}
-		any = true
 		w = min(w, in.watermark())
 	}
-	if !any {
-		return c.wm
+	if w == math.MaxInt64 {
+		w = idleMax
 	}
 	return max(w, c.wm)
 }
@@ -517,7 +525,7 @@ func (rt *runtime) writeWatermarks() {
 			}
 			c := t.time.cons[n.idx]
 			idle := c.idle()
-			if idle == c.sentIdle && (idle || c.wm == c.sent) {
+			if idle == c.sentIdle && c.wm == c.sent {
 				continue
 			}
 			if !idle && c.wm == noTime {
