@@ -824,3 +824,37 @@ sinks:
 		t.Error("a valid Config reports problems")
 	}
 }
+
+func TestEventTime(t *testing.T) {
+	doc := withBase("sources:\n  in:\n    topics: [in]\n    event_time: {from: value.ts, max_out_of_orderness: 5s, idle_timeout: 1m}\n  plain: {topics: [p], event_time: timestamp}\nsinks:\n  out: {from: in, topic: out}")
+	cfg, err := Parse([]byte(doc), "test.yaml", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in, plain *EventTime
+	for _, s := range cfg.Sources {
+		switch s.Name {
+		case "in":
+			in = s.EventTime
+		case "plain":
+			plain = s.EventTime
+		}
+	}
+	if in == nil || in.From != "value.ts" || in.MaxOutOfOrderness != 5*time.Second || in.IdleTimeout != time.Minute || in.Path != "sources.in.event_time" {
+		t.Fatalf("event_time read as %+v", in)
+	}
+	if plain == nil || plain.From != "timestamp" {
+		t.Fatalf("event_time: timestamp read as %+v", plain)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"sources:\n  in: {topics: [in], event_time: {from: value.ts, max_out_of_order: 5s}}", "sources.in.event_time.max_out_of_order (line 4): unknown key (known keys: from, max_out_of_orderness, idle_timeout)"},
+		{"sources:\n  in: {topics: [in], event_time: {idle_timeout: 5}}", "sources.in.event_time.idle_timeout (line 4): a duration needs a unit"},
+		{"sources:\n  in: {topics: [in], event_time: {max_out_of_orderness: -2s}}", "sources.in.event_time.max_out_of_orderness (line 4): must not be negative"},
+		{"sources:\n  in: {topics: [in], event_time: [value.ts]}", "sources.in.event_time (line 4): expected a mapping such as {from: value.ts, max_out_of_orderness: 5s}"},
+	} {
+		_, err := Parse([]byte(withBase(tc.yaml)), "test.yaml", noEnv)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error:\n%v\nwant it to contain:\n%s", err, tc.want)
+		}
+	}
+}

@@ -236,7 +236,7 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 	}, {
 		name: "an unknown operator lists the known ones",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{mapp: x}]\nsinks: {out: {topic: out}}\n",
-		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, dedupe, filter, flat_map, key_by, map, parallel, route, split, union)`},
+		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, dedupe, filter, flat_map, key_by, map, parallel, route, split, union, window)`},
 	}, {
 		name: "a sink reading an output that does not exist lists the outputs",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{name: s, split: {hot: \"true\"}}]\nsinks: {out: {from: s.cold, topic: out}}\n",
@@ -274,6 +274,35 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 		body: "audit: {source_positions: true}\nsources: {in: {topics: [in]}}\nsteps:\n  - aggregate:\n      fields: {n: count}\n      emit: checkpoint\nsinks: {out: {topic: out}}\n",
 		want: []string{"steps[0].aggregate.emit (line 8): emit: checkpoint writes one record for many inputs, which has no single source position",
 			"(use emit: update, or turn audit.source_positions off)"},
+	}, {
+		name: "a window on a stream a map re-keyed is refused",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - {name: m, map: {key: value.user}}\n  - window: {tumbling: 1m, fields: {n: count}}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[1] (line 6): its records were re-keyed by step \"m\"", "re-key with a key_by step"},
+	}, {
+		name: "a sliding window's slide larger than its size",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - window:\n      sliding: {size: 1m, slide: 5m}\n      fields: {n: count}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].window.sliding.slide (line 6): the slide (5m0s) is larger than the size (1m0s)"},
+	}, {
+		name: "a session gap of 0",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - window:\n      session: {gap: 0}\n      fields: {n: count}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].window.session.gap", "the session gap must be at least 1ms"},
+	}, {
+		name: "a lateness without event time",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - window:\n      tumbling: 1m\n      time: processing\n      allowed_lateness: 10s\n      fields: {n: count}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].window.allowed_lateness (line 8): allowed_lateness needs event time"},
+	}, {
+		name: "a window needs exactly one kind, and fields not named like the result's own",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - window:\n      tumbling: 1m\n      session: {gap: 1m}\n      emit: sometimes\n      fields: {key: count}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].window (line 5): give exactly one window kind", "steps[0].window.emit (line 8): expected close or {early: 10s}",
+			`steps[0].window.fields.key (line 9): "key" is a name of the result itself`},
+	}, {
+		name: "session windows refuse reduce",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - window:\n      session: {gap: 1m}\n      fields: {r: {reduce: \"state + 1\", init: \"0\"}}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].window.fields.r", "reduce cannot be used in session windows"},
+	}, {
+		name: "a source's event time expression is compiled",
+		body: "sources: {in: {topics: [in], event_time: {from: \"value.ts +\"}}}\nsinks: {out: {topic: out}}\n",
+		want: []string{"sources.in.event_time.from (line 3)"},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

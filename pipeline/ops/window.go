@@ -22,6 +22,7 @@ import (
 //	  fields: {n: count, mean: {avg: value.temp}}
 //	  emit: close                        # or {early: 10s}: updates before the close too
 //	  late: output                       # records past the lateness go to <step>.late
+//	  time: event                        # or processing: windows of the wall clock
 //
 // A window [start, end) closes when the watermark reaches end: its result
 // is emitted then, once. Until the watermark reaches end+allowed_lateness
@@ -46,6 +47,7 @@ type window struct {
 	lateness int64
 	early    time.Duration // 0: emit at close only
 	lateOut  bool
+	procTime bool // windows of the processing time, not the event time
 	fields   []aggField
 	fp       string
 }
@@ -58,6 +60,7 @@ type windowSpec struct {
 	Fields          map[string]any `yaml:"fields"`
 	Emit            any            `yaml:"emit"`
 	Late            string         `yaml:"late"`
+	Time            string         `yaml:"time"`
 }
 
 type slidingSpec struct {
@@ -129,6 +132,16 @@ func newWindow(s *pipeline.Spec) (pipeline.Definition, error) {
 	default:
 		s.Errorf(".emit", "expected close or {early: 10s}, found %s", pipeline.Describe(e))
 	}
+	switch ws.Time {
+	case "", "event":
+	case "processing":
+		w.procTime = true
+		if ws.AllowedLateness != 0 {
+			s.Errorf(".allowed_lateness", "allowed_lateness needs event time (time: event): a window of processing time gets no late records")
+		}
+	default:
+		s.Errorf(".time", "must be event (the default: the records' event time, see the source's event_time) or processing (the wall clock), found %q", ws.Time)
+	}
 	switch ws.Late {
 	case "", "drop":
 	case "output":
@@ -149,7 +162,7 @@ func newWindow(s *pipeline.Spec) (pipeline.Definition, error) {
 			s.Errorf(".fields."+f.name, "reduce cannot be used in session windows: sessions merge, and a reduce's states cannot be combined")
 		}
 	}
-	w.fp = fmt.Sprintf("window:v1:%s:%d:%d|%s", w.kind, w.size, w.slide, fieldsHash(w.fields))
+	w.fp = fmt.Sprintf("window:v1:%s:%d:%d:%v|%s", w.kind, w.size, w.slide, w.procTime, fieldsHash(w.fields))
 	return w, nil
 }
 
@@ -174,11 +187,11 @@ func (w *window) Outputs() []string {
 }
 
 func (w *window) Fingerprint() string { return w.fp }
-func (w *window) UsesEventTime() bool { return true }
+func (w *window) UsesEventTime() bool { return !w.procTime }
 
 // MergesInputs: a window's result stands for all its records.
 func (w *window) MergesInputs() (sub, what, instead string) {
-	return "", "a window writes one record for many inputs", "aggregate with emit: update"
+	return ".fields", "a window writes one record for many inputs", "use aggregate with emit: update"
 }
 
 func (w *window) NewOperator(pipeline.TaskID) (pipeline.Operator, error) {
@@ -207,6 +220,23 @@ type windowOp struct {
 	wins   *state.Map[map[string]any]
 	timers *state.Timers
 	starts []int64 // scratch
+}
+
+// closing returns the time windows close at: the watermark, or for
+// windows of processing time the clock.
+func (o *windowOp) closing(ctx pipeline.Context) int64 {
+	if o.def.procTime {
+		return ctx.Now().UnixMilli()
+	}
+	return watermarkOf(ctx)
+}
+
+// domain is the time domain of the windows' ends.
+func (o *windowOp) domain() state.TimeDomain {
+	if o.def.procTime {
+		return state.ProcessingTime
+	}
+	return state.EventTime
 }
 
 func watermarkOf(ctx pipeline.Context) int64 {
@@ -259,6 +289,11 @@ func (o *windowOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 		return fmt.Errorf("window needs a record key; this record has none (key the stream with key_by)")
 	}
 	ts, wm := r.Timestamp.UnixMilli(), watermarkOf(ctx)
+	if o.def.procTime {
+		// The record belongs to the windows of now, none of which has
+		// closed yet.
+		ts, wm = ctx.Now().UnixMilli(), math.MinInt64
+	}
 	if o.def.kind == "session" {
 		return o.session(ctx, key, ts, wm, r)
 	}
@@ -319,7 +354,7 @@ func (o *windowOp) add(ctx pipeline.Context, key []byte, start int64, win map[st
 		}
 		return o.timers.Set(key, time.UnixMilli(end+o.def.lateness), state.EventTime)
 	}
-	if err := o.timers.Set(key, time.UnixMilli(end), state.EventTime); err != nil {
+	if err := o.timers.Set(key, time.UnixMilli(end), o.domain()); err != nil {
 		return err
 	}
 	if o.def.early > 0 {
@@ -453,7 +488,7 @@ func (o *windowOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
 	if err != nil {
 		return err
 	}
-	wm := watermarkOf(ctx)
+	wm := o.closing(ctx)
 	for _, e := range all {
 		win, start := e.Value, startOf(e.Key)
 		end := asInt64(win["e"])
@@ -461,14 +496,6 @@ func (o *windowOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
 		fired, _ := win["f"].(bool)
 		changed := false
 		switch {
-		case t.Domain == state.ProcessingTime:
-			if d, _ := win["d"].(bool); d && !fired {
-				if err := o.emit(ctx, t.Key, start, end, acc, "early"); err != nil {
-					return err
-				}
-				delete(win, "d")
-				changed = true
-			}
 		case !fired && end <= wm:
 			if err := o.emit(ctx, t.Key, start, end, acc, "on_time"); err != nil {
 				return err
@@ -476,6 +503,14 @@ func (o *windowOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
 			win["f"], changed = true, true
 			delete(win, "d")
 			fired = true
+		case t.Domain == state.ProcessingTime && !fired:
+			if d, _ := win["d"].(bool); d {
+				if err := o.emit(ctx, t.Key, start, end, acc, "early"); err != nil {
+					return err
+				}
+				delete(win, "d")
+				changed = true
+			}
 		}
 		if fired && end+o.def.lateness <= wm {
 			if err := o.wins.Remove(t.Key, e.Key); err != nil {
@@ -484,7 +519,7 @@ func (o *windowOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
 			continue
 		}
 		if fired && changed && o.def.lateness > 0 {
-			if err := o.timers.Set(t.Key, time.UnixMilli(end+o.def.lateness), state.EventTime); err != nil {
+			if err := o.timers.Set(t.Key, time.UnixMilli(end+o.def.lateness), o.domain()); err != nil {
 				return err
 			}
 		}
