@@ -69,6 +69,44 @@ type reading struct {
 	Seq         int     `json:"seq"`
 }
 
+type click struct {
+	User string `json:"user"`
+	Page string `json:"page"`
+	TS   int64  `json:"ts"`
+	Seq  int    `json:"seq"`
+}
+
+// demoEpoch is where the feeder's event time starts with demo.time_step.
+var demoEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+
+// eventTimes stamps the feeder's records: moving by demo.time_step per
+// record (or the wall clock), with the share of out-of-order and late
+// records demo asks for.
+type eventTimes struct {
+	dc            config.Demo
+	rng           *rand.Rand
+	first, latest int64
+}
+
+func (e *eventTimes) next(i int) int64 {
+	ts := time.Now().UnixMilli()
+	if e.dc.TimeStep > 0 {
+		ts = demoEpoch + int64(i)*e.dc.TimeStep.Milliseconds()
+	}
+	if e.first == 0 {
+		e.first = ts
+	}
+	e.latest = max(e.latest, ts)
+	late := e.latest - (10 * time.Minute).Milliseconds()
+	switch x := e.rng.IntN(100); {
+	case x < e.dc.Late && late >= e.first:
+		return late
+	case x < e.dc.Late+e.dc.OutOfOrder:
+		return e.latest - e.rng.Int64N(max(1, e.dc.Disorder.Milliseconds()))
+	}
+	return ts
+}
+
 // feedAndWait writes the demo records, then waits until the group has
 // consumed and committed everything in topics, the pipeline's sources: the
 // demo topic and the repartition topics of its key_by steps.
@@ -87,6 +125,8 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string, topics []string
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	start := time.Now()
+	times := &eventTimes{dc: dc, rng: rand.New(rand.NewPCG(uint64(dc.Seed), 0x71e))}
+	pages := []string{"/", "/search", "/product", "/cart", "/checkout"}
 	for i := 0; i < dc.Records; i++ {
 		if due := start.Add(time.Duration(float64(i) / float64(dc.Rate) * float64(time.Second))); time.Now().Before(due) {
 			select {
@@ -97,11 +137,15 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string, topics []string
 		}
 		sensor := fmt.Sprintf("sensor-%02d", rng.IntN(dc.Sensors))
 		var value []byte
-		if (i+1)%poisonEvery == 0 {
+		switch {
+		case (i+1)%poisonEvery == 0:
 			value = []byte(`{"sensor": "` + sensor + `", "temperature": `) // cut short: not JSON
 			d.bad++
-		} else {
-			value, _ = json.Marshal(reading{Sensor: sensor, Temperature: 10 + rng.Float64()*25, TS: time.Now().UnixMilli(), Seq: i})
+		case dc.Kind == "clicks":
+			sensor = fmt.Sprintf("user-%02d", rng.IntN(dc.Sensors))
+			value, _ = json.Marshal(click{User: sensor, Page: pages[rng.IntN(len(pages))], TS: times.next(i), Seq: i})
+		default:
+			value, _ = json.Marshal(reading{Sensor: sensor, Temperature: 10 + rng.Float64()*25, TS: times.next(i), Seq: i})
 		}
 		d.cl.Produce(ctx, &kgo.Record{Topic: dc.Topic, Key: []byte(sensor), Value: value}, promise)
 		d.sent++

@@ -252,6 +252,19 @@ type Demo struct {
 	Sensors    int    // distinct sensor ids; default 20
 	Partitions int32  // partitions of the demo topic; default 3
 	Seed       int64  // random seed
+	// Kind is what the feeder writes: "readings" (the default: sensor
+	// readings keyed by sensor) or "clicks" (page views keyed by user).
+	Kind string
+	// TimeStep is how far the event time (the records' ts) moves per
+	// record; 0: the wall clock. With it, a run of a few seconds spans
+	// hours of event time, for windows.
+	TimeStep time.Duration
+	// OutOfOrder is the percentage of records stamped up to Disorder
+	// behind the latest, and Late the percentage stamped ten minutes
+	// behind: late data for windows.
+	OutOfOrder int
+	Disorder   time.Duration
+	Late       int
 }
 
 // Line returns the line of the YAML file that holds the setting at path, a

@@ -88,6 +88,11 @@ func (c *Config) settings() []setting {
 		{"demo.sensors", &c.Demo.Sensors, 20},
 		{"demo.partitions", &c.Demo.Partitions, int32(3)},
 		{"demo.seed", &c.Demo.Seed, int64(0)},
+		{"demo.kind", &c.Demo.Kind, nil},
+		{"demo.time_step", &c.Demo.TimeStep, time.Duration(0)},
+		{"demo.out_of_order", &c.Demo.OutOfOrder, 0},
+		{"demo.disorder", &c.Demo.Disorder, time.Duration(0)},
+		{"demo.late", &c.Demo.Late, 0},
 	}
 }
 

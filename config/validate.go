@@ -495,6 +495,20 @@ func (k *checker) demo() {
 	positive(k, "demo.records", d.Records)
 	positive(k, "demo.sensors", d.Sensors)
 	positive(k, "demo.partitions", d.Partitions)
+	if d.Kind != "" {
+		k.oneOf("demo.kind", d.Kind, []string{"readings", "clicks"})
+	}
+	for _, p := range []struct {
+		path string
+		v    int
+	}{{"demo.out_of_order", d.OutOfOrder}, {"demo.late", d.Late}} {
+		if p.v < 0 || p.v > 100 {
+			k.errorf(p.path, "a percentage of the records, from 0 to 100; found %d", p.v)
+		}
+	}
+	if d.OutOfOrder > 0 && d.Disorder <= 0 {
+		k.errorf("demo.disorder", "required with demo.out_of_order: how far behind out-of-order records are stamped, such as 5s")
+	}
 }
 
 // topic checks a Kafka topic name and reports whether it is valid.
