@@ -287,9 +287,11 @@ func TestWindowsMatchTheOracle(t *testing.T) {
 		name        string
 		spec        string
 		size, slide int64
+		pebble      bool
 	}{
-		{"tumbling", "tumbling: 2s", 2000, 2000},
-		{"sliding", "sliding: {size: 3s, slide: 1s}", 3000, 1000},
+		{"tumbling", "tumbling: 2s", 2000, 2000, false},
+		{"sliding", "sliding: {size: 3s, slide: 1s}", 3000, 1000, false},
+		{"sliding on pebble", "sliding: {size: 3s, slide: 1s}", 3000, 1000, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const bound, lateness = 1500, 1000
@@ -309,6 +311,9 @@ func TestWindowsMatchTheOracle(t *testing.T) {
 				k.Topic(topic, 3)
 			}
 			body := fmt.Sprintf(windowed, bound, tc.spec, lateness)
+			if tc.pebble {
+				body += fmt.Sprintf("state: {backend: pebble, dir: %q}\n", t.TempDir())
+			}
 			// The first half, with every third checkpoint aborted.
 			half := make([][]event, len(parts))
 			rest := make([][]event, len(parts))
@@ -558,4 +563,168 @@ func TestIdlePartitionsStopHoldingTheWatermark(t *testing.T) {
 	}
 	compareWindows(t, got, want)
 	t.Logf("%d windows closed on the busy partition alone", len(want))
+}
+
+// waitWindows polls topic until some window's results are want.
+func waitWindows(t *testing.T, k *testkit.Kafka, topic string, w wkey, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := windowResults(t, k, topic)[w]
+		if fmt.Sprint(got) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("window %v: results %v, want %s", w, got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestEarlyResultsFollowTheProcessingClock: with emit: {early: 10s} an
+// open window's changes come out at most every 10 s of processing time,
+// then its final result at the close; a processing-time timer fires only
+// once its time came.
+func TestEarlyResultsFollowTheProcessingClock(t *testing.T) {
+	k := testkit.NewKafka(t)
+	for _, topic := range []string{"in", "out", "late", "dlq"} {
+		k.Topic(topic, 1)
+	}
+	body := strings.Replace(fmt.Sprintf(windowed, 0, "tumbling: 1m\n      emit: {early: 10s}", 0), "max_records: 100", "max_records: 100000", 1)
+	clock := newManualClock()
+	p := newPipeline(t, k, body, nil, WithClock(clock))
+	testkit.Start(t, p)
+	w := wkey{"a", t0 - t0%60000, t0 - t0%60000 + 60000}
+	send := func(vs ...int) {
+		var evs []event
+		for _, v := range vs {
+			evs = append(evs, event{0, "a", w.start + int64(v)*100, v})
+		}
+		produceEvents(t, k, "in", [][]event{evs})
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := k.WaitCommitted(wctx, "t", "in"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(1, 2, 3)
+	time.Sleep(300 * time.Millisecond) // checkpoints pass: the clock has not moved, nothing is due
+	if got := windowResults(t, k, "out")[w]; len(got) != 0 {
+		t.Fatalf("results %v before the early timer's time", got)
+	}
+	clock.advance(11 * time.Second)
+	waitWindows(t, k, "out", w, "[early n=3 sum=6]")
+	clock.advance(11 * time.Second) // unchanged since: nothing more
+	time.Sleep(300 * time.Millisecond)
+	send(4, 5)
+	clock.advance(11 * time.Second)
+	waitWindows(t, k, "out", w, "[early n=3 sum=6 early n=5 sum=15]")
+	produceEvents(t, k, "in", [][]event{{{0, "flush", w.end + 60000, 0}}})
+	waitWindows(t, k, "out", w, "[early n=3 sum=6 early n=5 sum=15 on_time n=5 sum=15]")
+}
+
+// TestProcessingTimeWindows: windows of the processing clock take records
+// by when they are processed and close when the clock passes their end.
+func TestProcessingTimeWindows(t *testing.T) {
+	k := testkit.NewKafka(t)
+	for _, topic := range []string{"in", "out", "late", "dlq"} {
+		k.Topic(topic, 1)
+	}
+	body := strings.Replace(fmt.Sprintf(windowed, 0, "tumbling: 1m\n      time: processing", 0), "\n      allowed_lateness: 0ms", "", 1)
+	clock := newManualClock()
+	p := newPipeline(t, k, body, nil, WithClock(clock))
+	testkit.Start(t, p)
+	now := clock.Now().UnixMilli()
+	w := wkey{"a", now - now%60000, now - now%60000 + 60000}
+	// Event times far in the past do not matter.
+	produceEvents(t, k, "in", [][]event{{{0, "a", 5, 1}, {0, "a", 7, 2}}})
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.WaitCommitted(wctx, "t", "in"); err != nil {
+		t.Fatal(err)
+	}
+	if got := windowResults(t, k, "out")[w]; len(got) != 0 {
+		t.Fatalf("results %v before the window's end", got)
+	}
+	clock.advance(time.Minute)
+	waitWindows(t, k, "out", w, "[on_time n=2 sum=3]")
+	if n := len(k.ReadAll("late")); n != 0 {
+		t.Fatalf("%d late records", n)
+	}
+}
+
+// FuzzWindows is the property: for random event-time streams (random
+// disorder and late records, one to three partitions, tumbling, sliding or
+// session windows), random aborted checkpoints and restarts of the
+// pipeline at random points, the results are the oracle's, each once. `go
+// test` runs the seeds below; `go test -fuzz FuzzWindows` searches on.
+func FuzzWindows(f *testing.F) {
+	f.Add(uint64(1), uint8(0), uint8(2), uint16(800), uint16(500), uint8(2))
+	f.Add(uint64(2), uint8(1), uint8(1), uint16(0), uint16(0), uint8(0))
+	f.Add(uint64(3), uint8(2), uint8(3), uint16(1500), uint16(0), uint8(3))
+	f.Add(uint64(4), uint8(1), uint8(3), uint16(2000), uint16(3000), uint8(1))
+	f.Fuzz(func(t *testing.T, seed uint64, kind, partitions uint8, bound, lateness uint16, restarts uint8) {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		parts := int(partitions%3) + 1
+		b, l := int64(bound%3000)+1, int64(lateness%4000)
+		var spec string
+		var want map[wkey][]emission
+		var late []event
+		switch kind % 3 {
+		case 0, 1:
+			size := int64(500 + rng.IntN(3000))
+			slide := size
+			spec = fmt.Sprintf("tumbling: %dms", size)
+			if kind%3 == 1 {
+				slide = int64(100 + rng.IntN(int(size)))
+				spec = fmt.Sprintf("sliding: {size: %dms, slide: %dms}", size, slide)
+			}
+			evs := withFlush(genEvents(rng, parts, 150+rng.IntN(250), 1+rng.IntN(6), b, rng.Float64()*0.15, 1+rng.Int64N(6000)), 100*size+l)
+			want, late = windowOracle(evs, size, slide, b, l)
+			runWindowsFuzz(t, rng, evs, fmt.Sprintf(windowed, b, spec, l), int(restarts%4), want, late)
+		default:
+			gap := int64(200 + rng.IntN(2000))
+			evs := withFlush(genEvents(rng, parts, 150+rng.IntN(250), 1+rng.IntN(6), b, 0, 1), 100*gap)
+			want = sessionOracle(evs, gap)
+			runWindowsFuzz(t, rng, evs, fmt.Sprintf(windowed, b, fmt.Sprintf("session: {gap: %dms}", gap), 0), int(restarts%4), want, nil)
+		}
+	})
+}
+
+func runWindowsFuzz(t *testing.T, rng *rand.Rand, evs [][]event, body string, restarts int, want map[wkey][]emission, late []event) {
+	k := testkit.NewKafka(t)
+	for _, topic := range []string{"in", "out", "late", "dlq"} {
+		k.Topic(topic, int32(len(evs)))
+	}
+	// Each run of the pipeline gets a random share of every partition.
+	chunks := make([][][]event, restarts+1)
+	for _, pe := range evs {
+		cuts := []int{0, len(pe)}
+		for range restarts {
+			cuts = append(cuts, rng.IntN(len(pe)+1))
+		}
+		slices.Sort(cuts)
+		for i := range chunks {
+			chunks[i] = append(chunks[i], pe[cuts[i]:cuts[i+1]])
+		}
+	}
+	body = strings.Replace(body, "max_records: 100", "max_records: 40", 1)
+	aborted := 0
+	for _, chunk := range chunks {
+		produceEvents(t, k, "in", chunk)
+		every := testkit.NewEveryNth(2 + rng.IntN(4))
+		p := newPipeline(t, k, body, nil, WithBeforeCommit(func(cp Checkpoint) error {
+			if cp.Records > 0 && every.Hit() {
+				return errors.New("injected")
+			}
+			return nil
+		}))
+		testkit.RunUntilCommitted(t, k, p, "t", "in")
+		aborted += int(every.Fired())
+	}
+	compareWindows(t, windowResults(t, k, "out"), want)
+	if n := len(k.ReadAll("late")); n != len(late) {
+		t.Fatalf("%d records in the late output, the oracle has %d", n, len(late))
+	}
+	t.Logf("%d windows, %d late, %d runs, %d aborted checkpoints", len(want), len(late), len(chunks), aborted)
 }
