@@ -213,13 +213,13 @@ func newTaskTime(rt *runtime, t *task) (*taskTime, error) {
 			if len(c.timers) > 0 && c.handler == nil {
 				return nil, fmt.Errorf("step %s (%s) registers timers but its operator has no OnTimer method (pipeline.TimerHandler)", n.name, n.path)
 			}
-			if tt.on {
-				m, err := state.NewMap[timeRecord](st, timeState, state.TTLConfig{})
-				if err != nil {
-					return nil, fmt.Errorf("step %s (%s): %w", n.name, n.path, err)
-				}
-				tt.stores = append(tt.stores, m)
+			// Registered whether or not the graph tracks event time: a
+			// changelog written when it did must still restore.
+			m, err := state.NewMap[timeRecord](st, timeState, state.TTLConfig{})
+			if err != nil {
+				return nil, fmt.Errorf("step %s (%s): %w", n.name, n.path, err)
 			}
+			tt.stores = append(tt.stores, m)
 		}
 		if tt.on {
 			for _, topic := range n.upTopics {
@@ -339,10 +339,20 @@ func (t *task) observe(in *inputTime, ms int64) {
 func (t *task) advance(in *inputTime) {
 	for _, c := range in.cons {
 		if w := c.compute(); w > c.wm {
-			c.wm = w
+			t.setWatermark(c, w)
 			t.fire(c, state.EventTime, w)
 		}
 	}
+}
+
+// setWatermark moves c's watermark. Behind a parallel stage the stage's
+// workers read it too (Context.Watermark), under the task's lock.
+func (t *task) setWatermark(c *consumer, w int64) {
+	if c.n.afterParallel {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+	}
+	c.wm = w
 }
 
 // writerMark applies a watermark record read from a repartition topic: a
@@ -392,7 +402,7 @@ func (t *task) tick(now time.Time) {
 	}
 	for _, c := range tt.all {
 		if changed {
-			c.wm = max(c.wm, c.compute())
+			t.setWatermark(c, max(c.wm, c.compute()))
 		}
 		if c.handler == nil {
 			continue

@@ -313,6 +313,9 @@ func Build(cfg *config.Config, reg *pipeline.Registry) (*Graph, error) {
 		if n.stateful() == nil {
 			continue
 		}
+		if u, ok := n.def.(pipeline.EventTimeUser); ok && u.UsesEventTime() && n.afterParallel {
+			errf(n.path, "a step on event time cannot read from a parallel stage: the stage's workers finish records out of the order they were read in, and the watermark would pass records still in the stage; put a key_by between them, or the parallel stage after this step")
+		}
 		if by := rekeyedBy(n); by != nil {
 			errf(n.path, "its records were re-keyed by step %q (%s); keyed state needs records partitioned by their key: re-key with a key_by step, which moves each record to the task owning its new key", by.name, by.path)
 		}

@@ -296,6 +296,10 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 		want: []string{"steps[0].window (line 5): give exactly one window kind", "steps[0].window.emit (line 8): expected close or {early: 10s}",
 			`steps[0].window.fields.key (line 9): "key" is a name of the result itself`},
 	}, {
+		name: "a window reading a parallel stage is refused",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - parallel: {map: \"value\"}\n  - window: {tumbling: 1m, fields: {n: count}}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[1] (line 6): a step on event time cannot read from a parallel stage", "put a key_by between them"},
+	}, {
 		name: "session windows refuse reduce",
 		body: "sources: {in: {topics: [in]}}\nsteps:\n  - window:\n      session: {gap: 1m}\n      fields: {r: {reduce: \"state + 1\", init: \"0\"}}\nsinks: {out: {topic: out}}\n",
 		want: []string{"steps[0].window.fields.r", "reduce cannot be used in session windows"},
