@@ -62,11 +62,11 @@ type Context interface {
 	Eval() *Evaluator
 	// Logger returns a logger naming the step and the task.
 	Logger() *slog.Logger
-	// Watermark returns the event-time watermark of the operator's input
-	// in this task: records with an earlier event time are late. It is
-	// the zero time until every input partition has said where it is,
-	// and always in a graph where no step uses event time (EventTimeUser)
-	// and no source configures it.
+	// Watermark returns the event-time watermark of a stateful
+	// operator's input in this task: records with an earlier event time
+	// are late. It is the zero time until every input partition has said
+	// where it is, for stateless operators, and in a graph where no step
+	// uses event time (EventTimeUser) and no source configures it.
 	Watermark() time.Time
 	// Now returns the processing time: the clock processing-time timers
 	// follow.
