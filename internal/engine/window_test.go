@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -732,4 +735,40 @@ func runWindowsFuzz(t *testing.T, rng *rand.Rand, evs [][]event, body string, re
 		t.Fatalf("%d records in the late output, the oracle has %d", n, len(late))
 	}
 	t.Logf("%d windows, %d late, %d runs, %d aborted checkpoints", len(want), len(late), len(chunks), aborted)
+}
+
+// TestDroppedLateRecordsAreCounted: with no late output, a late record is
+// counted (Stats.LateRecords, the metric's source) and logged, not lost
+// silently.
+func TestDroppedLateRecordsAreCounted(t *testing.T) {
+	k := testkit.NewKafka(t)
+	for _, topic := range []string{"in", "out", "late", "dlq"} {
+		k.Topic(topic, 1)
+	}
+	body := strings.Replace(fmt.Sprintf(windowed, 0, "tumbling: 2s", 0), "      late: output\n", "", 1)
+	body = strings.Replace(body, "  late: {topic: late, from: w.late}\n", "", 1)
+	var logs strings.Builder
+	var mu sync.Mutex
+	p := newPipeline(t, k, body, nil, WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))))
+	produceEvents(t, k, "in", [][]event{{{0, "a", t0 + 10_000, 1}, {0, "a", t0 + 20_000, 2}, {0, "a", t0 + 1_000, 3}, {0, "a", t0 + 20_500, 4}}})
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
+	if n := p.Stats().LateRecords; n != 1 {
+		t.Fatalf("%d late records counted, want 1", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "late record dropped") || !strings.Contains(logs.String(), "source=in/0@2") {
+		t.Fatalf("no log line names the late record:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
