@@ -118,11 +118,11 @@ func (e *env) main(ctx context.Context, args []string) int {
 }
 
 func (e *env) version(args []string) error {
-	c := e.command("version", "version", "Prints the version of this binary, set at build time (dev for a plain go build).")
+	c := e.command("version", "version", "Prints the version of this binary, the commit it was built from and when, and the Go release that built it.")
 	if err := c.parse(args); err != nil {
 		return err
 	}
-	fmt.Fprintln(e.stdout, "pipeline", Version)
+	fmt.Fprintln(e.stdout, buildInfo())
 	return nil
 }
 

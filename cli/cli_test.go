@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ sinks: {out: {topic: b, key: "("}}
 		{name: "an unknown command exits 2", args: []string{"frobnicate"}, code: 2, wantErr: []string{`unknown command "frobnicate"`}},
 		{name: "an unknown flag exits 2", args: []string{"validate", "--nope"}, code: 2, wantErr: []string{"flag provided but not defined"}},
 		{name: "no command exits 2", args: nil, code: 2, wantErr: []string{"Usage:"}},
-		{name: "version exits 0", args: []string{"version"}, code: 0, wantOut: []string{"pipeline dev"}},
+		{name: "version exits 0", args: []string{"version"}, code: 0, wantOut: []string{"pipeline dev (commit ", runtime.Version()}},
 		{name: "broker with a bad port exits 2", args: []string{"broker", "--port", "70000"}, code: 2, wantErr: []string{"not a port"}},
 	}
 	for _, tc := range tests {

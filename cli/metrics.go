@@ -30,6 +30,7 @@ const (
 	metricStateBytes         = "pipeline_state_memory_bytes"
 	metricStateDisk          = "pipeline_state_disk_bytes"
 	metricTasksRestoring     = "pipeline_tasks_restoring"
+	metricBuildInfo          = "pipeline_build_info"
 )
 
 // metrics exposes a pipeline's figures to Prometheus. It lives at the edge:
@@ -59,7 +60,11 @@ func newMetrics(p func() engine.Stats) *metrics {
 	counter := func(name, help string, f func(engine.Stats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(p())) })
 	}
-	m.reg.MustRegister(m.checkpoints, m.duration, m.commit,
+	b := buildInfo()
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricBuildInfo, Help: "Always 1; the labels say which build runs: version, commit, Go release."},
+		[]string{"version", "commit", "go_version"})
+	info.WithLabelValues(b.Version, b.Commit, b.Go).Set(1)
+	m.reg.MustRegister(info, m.checkpoints, m.duration, m.commit,
 		counter(metricRecordsIn, "Source records covered by committed checkpoints, not those read back from repartition topics.", func(s engine.Stats) int64 { return s.RecordsIn }),
 		counter(metricRecordsOut, "Records committed checkpoints wrote to sinks and the dead-letter topic.", func(s engine.Stats) int64 { return s.RecordsOut }),
 		counter(metricRepartitioned, "Records committed checkpoints read back from key_by repartition topics.", func(s engine.Stats) int64 { return s.Repartitioned }),

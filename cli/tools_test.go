@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -336,7 +337,7 @@ sinks:
 // TestStateMetrics checks that the state figures reach their metrics.
 func TestStateMetrics(t *testing.T) {
 	m := newMetrics(func() engine.Stats {
-		return engine.Stats{Restored: 1234, StateKeys: 56, StateBytes: 7890, StateDisk: 4321, Restoring: 3}
+		return engine.Stats{Restored: 1234, StateKeys: 56, StateBytes: 7890, StateDisk: 4321, Restoring: 3, LateRecords: 9}
 	})
 	families, err := m.reg.Gather()
 	if err != nil {
@@ -348,6 +349,8 @@ func TestStateMetrics(t *testing.T) {
 		"pipeline_state_memory_bytes":           7890,
 		"pipeline_state_disk_bytes":             4321,
 		"pipeline_tasks_restoring":              3,
+		"pipeline_late_records_total":           9,
+		"pipeline_build_info":                   1,
 	}
 	for _, f := range families {
 		w, ok := want[f.GetName()]
@@ -362,6 +365,15 @@ func TestStateMetrics(t *testing.T) {
 		}
 		if got != w {
 			t.Errorf("%s = %v, want %v", f.GetName(), got, w)
+		}
+		if f.GetName() == "pipeline_build_info" {
+			labels := map[string]string{}
+			for _, l := range f.GetMetric()[0].GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["go_version"] != runtime.Version() || labels["version"] == "" || labels["commit"] == "" {
+				t.Errorf("pipeline_build_info labels %v", labels)
+			}
 		}
 		delete(want, f.GetName())
 	}
