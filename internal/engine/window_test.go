@@ -684,7 +684,7 @@ func FuzzWindows(f *testing.F) {
 			slide := size
 			spec = fmt.Sprintf("tumbling: %dms", size)
 			if kind%3 == 1 {
-				slide = int64(100 + rng.IntN(int(size)))
+				slide = int64(100 + rng.IntN(int(size)-99)) // up to the size
 				spec = fmt.Sprintf("sliding: {size: %dms, slide: %dms}", size, slide)
 			}
 			evs := withFlush(genEvents(rng, parts, 150+rng.IntN(250), 1+rng.IntN(6), b, rng.Float64()*0.15, 1+rng.Int64N(6000)), 100*size+l)
