@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -36,6 +37,7 @@ const (
 // metrics exposes a pipeline's figures to Prometheus. It lives at the edge:
 // the runtime only reports checkpoints and keeps counters.
 type metrics struct {
+	health      func(time.Time) engine.Health // for /healthz and /readyz; nil: not served
 	reg         *prometheus.Registry
 	checkpoints *prometheus.CounterVec
 	duration    prometheus.Histogram
@@ -98,6 +100,10 @@ func (m *metrics) observe(cp engine.Checkpoint) {
 func (m *metrics) serve(ctx context.Context, ln net.Listener, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	if m.health != nil {
+		mux.HandleFunc("/healthz", m.probe(func(h engine.Health) bool { return h.Live }))
+		mux.HandleFunc("/readyz", m.probe(func(h engine.Health) bool { return h.Ready }))
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -110,6 +116,21 @@ func (m *metrics) serve(ctx context.Context, ln net.Listener, log *slog.Logger) 
 		return err
 	}
 	return nil
+}
+
+// probe answers a Kubernetes probe: 200 "ok" when ok says the health is
+// good, else 503 with the reason.
+func (m *metrics) probe(ok func(engine.Health) bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		h := m.health(time.Now())
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if ok(h) {
+			_, _ = io.WriteString(w, "ok\n")
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, h.Reason+"\n")
+	}
 }
 
 func gauge(p func() engine.Stats, name, help string, f func(engine.Stats) int64) prometheus.Collector {

@@ -50,6 +50,12 @@ func (e *env) run(ctx context.Context, args []string) error {
 		}
 		defer ln.Close()
 		m = newMetrics(func() engine.Stats { return p.Stats() })
+		m.health = func(now time.Time) engine.Health {
+			if p == nil {
+				return engine.Health{Live: true, Reason: "starting"}
+			}
+			return p.Health(now)
+		}
 	}
 
 	var seeds []string

@@ -36,7 +36,8 @@ type Pipeline struct {
 	// outputs exact. It runs on the coordinator goroutine.
 	skipDrain func(inflight func() int64)
 
-	stats counters
+	stats  counters
+	health health
 }
 
 // Option configures a Pipeline.

@@ -33,6 +33,9 @@ import (
 // with no dead-letter topic, a fence by a live twin, a setup problem.
 func (p *Pipeline) Run(ctx context.Context) error {
 	cfg := p.cfg
+	p.health.beatTolerance = cfg.Checkpoint.Interval + 2*cfg.Checkpoint.Timeout + 30*time.Second
+	p.health.state.Store(phaseStarting)
+	defer p.health.state.Store(phaseStopped)
 	base, err := ClientOpts(cfg, p.seeds, p.log)
 	if err != nil {
 		return err
@@ -303,6 +306,7 @@ func (rt *runtime) loop(ctx context.Context) error {
 	rec := newRecovery(rt.cfg, rt.log)
 	for {
 		cp := rt.checkpoint(ctx)
+		rt.p.health.checkpointDone(cp, time.Now())
 		if rt.p.obs != nil {
 			rt.p.obs(cp)
 		}
@@ -367,6 +371,8 @@ func (rt *runtime) rebuild(ctx context.Context) error {
 	rt.mu.Unlock()
 	rt.rebuilding.Store(true)
 	defer rt.rebuilding.Store(false)
+	rt.p.health.rebuilding.Store(true)
+	defer rt.p.health.rebuilding.Store(false)
 	rt.dropTasks()
 	rt.clientGen++
 	return rt.sink.Rebuild(cctx)
