@@ -36,6 +36,9 @@ type Pipeline struct {
 	// outputs exact. It runs on the coordinator goroutine.
 	skipDrain func(inflight func() int64)
 
+	// purgeEvery, set by tests only, replaces purgeEvery.
+	purgeEvery time.Duration
+
 	stats  counters
 	health health
 }

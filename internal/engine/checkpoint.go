@@ -140,6 +140,9 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	}
 	rt.lastCommit = cp.Commit
 	cp.Ranges = rt.track.Commit()
+	if rt.purge != nil {
+		rt.purge.committed(cp.Ranges)
+	}
 	if rt.p.fault != nil && cp.Records > 0 {
 		rt.p.fault(AfterCommit, cp)
 	}

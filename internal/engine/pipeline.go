@@ -129,9 +129,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.log.Info("pipeline running", "name", cfg.Name, "instance", cfg.InstanceID, "group", cfg.Group,
 		"transactional_id", cfg.Transactions.ID(cfg.InstanceID), "checkpoint_interval", cfg.Checkpoint.Interval,
 		"transaction_timeout", cfg.Transactions.Timeout, "graph", p.g.Summary())
+	rt.purge = newPurger(rt)
 	err = rt.loop(ctx)
 	gr.begin() // the loop may have stopped by itself: that shutdown is bounded too
 	rt.shutdown()
+	rt.purge.wait()
 	st := p.Stats()
 	p.log.Info("pipeline stopped", "records_in", st.RecordsIn, "records_out", st.RecordsOut, "repartitioned", st.Repartitioned, "dead_letters", st.DeadLetters,
 		"checkpoints_committed", st.Committed, "checkpoints_aborted", st.Aborted, "state_keys", st.StateKeys, "state_bytes", st.StateBytes, "err", err)
@@ -216,6 +218,8 @@ type runtime struct {
 	// its bound or below.
 	queued atomic.Int64
 	room   chan struct{}
+
+	purge *purger // deletes consumed records of repartition topics
 
 	// internalOut counts the records key_by steps wrote to repartition
 	// topics in the open checkpoint: they are not outputs.

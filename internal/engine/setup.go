@@ -107,7 +107,10 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 			p = max(srcMax, 1)
 		}
 		parts[n.repart.topic] = p
-		if err := ensureTopic(ctx, adm, cfg, n.repart.topic, p, true, n.path, log); err != nil {
+		// Records keep their event time as their timestamp: a time-based
+		// retention would delete old ones before they are read. What was
+		// consumed is deleted instead (purger).
+		if err := ensureTopicWith(ctx, adm, cfg, n.repart.topic, p, true, n.path, map[string]string{"retention.ms": "-1"}, log); err != nil {
 			errs = append(errs, err)
 		}
 	}

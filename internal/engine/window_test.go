@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
@@ -771,4 +772,59 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// TestRepartitionTopicsKeepOldRecordsAndDropConsumedOnes: a repartition
+// topic has no time-based retention (its records carry event times, which
+// may be years old), and what committed checkpoints consumed of it is
+// deleted instead.
+func TestRepartitionTopicsKeepOldRecordsAndDropConsumedOnes(t *testing.T) {
+	k := testkit.NewKafka(t)
+	for _, topic := range []string{"in", "out", "late", "dlq"} {
+		k.Topic(topic, 2)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	// Event times in 1970: records a retention of days would delete.
+	old := func(p int32) []event {
+		evs := spread(rng, p, 0, 30_000, 500)
+		return evs
+	}
+	produceEvents(t, k, "in", [][]event{old(0), old(1)})
+	p := newPipeline(t, k, fmt.Sprintf(windowedByKey, 500, ""), nil)
+	p.purgeEvery = time.Millisecond
+	repart := wire.RepartitionTopic("t", "by_k")
+	testkit.RunUntilSettled(t, k, p, "t", "in", repart)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfgs, err := k.Admin.DescribeTopicConfigs(ctx, repart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := cfgs.On(repart, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retention := ""
+	for _, c := range rc.Configs {
+		if c.Key == "retention.ms" && c.Value != nil {
+			retention = *c.Value
+		}
+	}
+	if retention != "-1" {
+		t.Fatalf("%s has retention.ms %q, want -1", repart, retention)
+	}
+	starts, err := k.Admin.ListStartOffsets(ctx, repart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := int64(0)
+	starts.Each(func(o kadm.ListedOffset) { deleted += o.Offset })
+	if deleted == 0 {
+		t.Fatalf("nothing of %s was deleted although its records were consumed and committed", repart)
+	}
+	if len(windowResults(t, k, "out")) == 0 {
+		t.Fatal("no window closed")
+	}
+	t.Logf("%d consumed records of %s deleted", deleted, repart)
 }
