@@ -112,6 +112,8 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		// consumed is deleted instead (purger).
 		if err := ensureTopicWith(ctx, adm, cfg, n.repart.topic, p, true, n.path, map[string]string{"retention.ms": "-1"}, log); err != nil {
 			errs = append(errs, err)
+		} else {
+			keepForever(ctx, adm, n.repart.topic, log)
 		}
 	}
 	// Changelogs: one partition per task of their step, compacted (only
@@ -300,6 +302,35 @@ func ensureTopicWith(ctx context.Context, adm *kadm.Client, cfg *config.Config, 
 	}
 	log.Info("created topic", "topic", topic, "partitions", partitions)
 	return nil
+}
+
+// keepForever sets retention.ms=-1 on a repartition topic made before
+// repartition topics were created so. It only warns when it cannot: the
+// topic works, but records older than its retention may be deleted unread.
+func keepForever(ctx context.Context, adm *kadm.Client, topic string, log *slog.Logger) {
+	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+	if err == nil {
+		var rc kadm.ResourceConfig
+		if rc, err = rcs.On(topic, nil); err == nil && rc.Err == nil {
+			for _, c := range rc.Configs {
+				if c.Key == "retention.ms" && c.Value != nil && *c.Value == "-1" {
+					return
+				}
+			}
+		}
+	}
+	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: kadm.StringPtr("-1")}}, topic)
+	if err == nil {
+		var r kadm.AlterConfigsResponse
+		if r, err = resp.On(topic, nil); err == nil {
+			err = r.Err
+		}
+	}
+	if err != nil {
+		log.Warn("could not set retention.ms=-1 on a repartition topic: records older than its retention may be deleted before they are read", "topic", topic, "err", err)
+		return
+	}
+	log.Info("set retention.ms=-1 on a repartition topic: the pipeline deletes what it consumed instead", "topic", topic)
 }
 
 // reportHanging logs transactions open on the output partitions for longer

@@ -793,6 +793,11 @@ func TestRepartitionTopicsKeepOldRecordsAndDropConsumedOnes(t *testing.T) {
 	p := newPipeline(t, k, fmt.Sprintf(windowedByKey, 500, ""), nil)
 	p.purgeEvery = time.Millisecond
 	repart := wire.RepartitionTopic("t", "by_k")
+	// Made by an older version, with the broker's default retention: the
+	// pipeline sets it.
+	if err := k.Cluster.CreateTopic(repart, 2, map[string]string{"retention.ms": "604800000"}); err != nil {
+		t.Fatal(err)
+	}
 	testkit.RunUntilSettled(t, k, p, "t", "in", repart)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
