@@ -45,6 +45,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		seeds = cfg.Brokers.Addrs
 	}
 	if err := dialCheck(ctx, seeds, 30*time.Second); err != nil {
+		if ctx.Err() != nil {
+			return nil // told to stop before it started: nothing ran
+		}
 		return err
 	}
 	admCl, err := kgo.NewClient(base...)
@@ -57,6 +60,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	lim, parts, err := prepare(sctx, adm, cfg, p.g, p.log)
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // told to stop before it started: nothing ran
+		}
 		return err
 	}
 
