@@ -28,7 +28,21 @@ type Arm struct {
 	Keep func(seq int64) bool
 	// Valid checks an output's value beyond its seq; nil checks nothing.
 	Valid func(seq int64, value []byte) bool
-	run   func(ctx context.Context, e *env) error
+	// Gate, when set, is the arm's correctness gate instead of the
+	// seq-based one (Expect): for an arm whose outputs are not one per
+	// input seq, it reads the input topic in back to know what the output
+	// topic out must hold. Outputs then says how many outputs that is.
+	Gate    func(ctx context.Context, cl *kgo.Client, in, out string) error
+	Outputs func(ctx context.Context, cl *kgo.Client, in string) (int64, error)
+	// EndAtLastInput says the arm's last output may come before its last
+	// input is processed (a window's results come as windows close, and
+	// the last ones stay open), so its processing time runs to the later
+	// of the moment it polled its last input record and the moment its
+	// last output was acknowledged, not to that last output alone.
+	EndAtLastInput bool
+	// NoLatency, when set, says why latency runs skip the arm.
+	NoLatency string
+	run       func(ctx context.Context, e *env) error
 }
 
 // Expect returns what the arm must write for an input of n records.
@@ -69,11 +83,21 @@ func arms(names []string, reg *pipeline.Registry) ([]*Arm, []string) {
 			out = append(out, a)
 			continue
 		}
-		if n == "keyed-count" {
+		switch n {
+		case "keyed-count":
 			if slices.Contains(reg.Kinds(), "aggregate") {
 				out = append(out, &Arm{Name: n, PerInterval: true, Valid: countIsRight, run: runPipeline(keyedCountSteps)})
 			} else {
 				skipped = append(skipped, "keyed-count: skipped: the pipeline has no aggregate operator yet (operators: "+strings.Join(reg.Kinds(), ", ")+")")
+			}
+		case "windowed-count":
+			if slices.Contains(reg.Kinds(), "window") {
+				g := &windowGate{size: windowMs}
+				out = append(out, &Arm{Name: n, PerInterval: true, Gate: g.check, Outputs: g.outputs, EndAtLastInput: true,
+					NoLatency: "a window's result stands for every record of the window, so no output times one input record",
+					run:       runPipeline(windowedCountSteps)})
+			} else {
+				skipped = append(skipped, "windowed-count: skipped: the pipeline has no window operator yet (operators: "+strings.Join(reg.Kinds(), ", ")+")")
 			}
 		}
 	}
@@ -90,6 +114,7 @@ type env struct {
 	maxRecords int
 	linger     time.Duration
 	hooks      *hooks
+	lastInput  *lastInputHook // for arms that EndAtLastInput; nil for the others
 	log        *slog.Logger
 
 	target    int64         // input records that complete the run; 0: none
@@ -146,6 +171,49 @@ func (h *hooks) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 	}
 }
 
+// lastInputHook notes when an arm polled the last of the input records
+// it must process (the want-th polled from topic). It goes only on the
+// clients of arms that EndAtLastInput: a hook on every polled record costs
+// a little.
+type lastInputHook struct {
+	topic  string
+	want   int64
+	polled atomic.Int64
+	at     atomic.Int64 // Unix nanoseconds
+}
+
+var _ kgo.HookFetchRecordUnbuffered = (*lastInputHook)(nil)
+
+func (h *lastInputHook) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
+	if polled && r.Topic == h.topic && h.polled.Add(1) == h.want {
+		h.at.Store(time.Now().UnixNano())
+	}
+}
+
+// clientHooks returns the hooks that go on every client of the arm.
+func (e *env) clientHooks() []kgo.Hook {
+	if e.lastInput != nil {
+		return []kgo.Hook{e.hooks, e.lastInput}
+	}
+	return []kgo.Hook{e.hooks}
+}
+
+// processedAt returns when the run's processing ended (Unix
+// nanoseconds): the last expected output acknowledged, or, for an arm that
+// EndAtLastInput, the later of that and its polling the last input record;
+// never after every output was visible, nor without them.
+func (e *env) processedAt() int64 {
+	done := e.doneAt.Load()
+	last := e.hooks.lastAck.Load()
+	if e.lastInput != nil {
+		last = max(last, e.lastInput.at.Load())
+	}
+	if last == 0 || last > done {
+		last = done
+	}
+	return last
+}
+
 // tuning is the clients' producer and fetch settings, the pipeline's
 // defaults (config/settings.go) but for the linger, which -linger sets for
 // every arm, given to the baseline arms too so that every arm compresses,
@@ -163,7 +231,7 @@ func tuning(linger time.Duration) []kgo.Opt {
 }
 
 func (e *env) clientOpts() []kgo.Opt {
-	opts := append([]kgo.Opt{kgo.SeedBrokers(e.seeds...), kgo.ClientID("bench-" + e.name), kgo.WithHooks(e.hooks)}, tuning(e.linger)...)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(e.seeds...), kgo.ClientID("bench-" + e.name), kgo.WithHooks(e.clientHooks()...)}, tuning(e.linger)...)
 	return append(opts, kgo.ConsumerGroup(e.name), kgo.ConsumeTopics(e.in))
 }
 
@@ -338,7 +406,7 @@ producer: {linger: %s}
 		p, err := engine.New(cfg, nil,
 			engine.WithLogger(e.log),
 			engine.WithSeedBrokers(e.seeds...),
-			engine.WithClientOpts(kgo.WithHooks(e.hooks)),
+			engine.WithClientOpts(kgo.WithHooks(e.clientHooks()...)),
 			engine.WithCheckpointObserver(func(cp engine.Checkpoint) {
 				switch {
 				case cp.Committed && cp.Records > 0:
@@ -357,7 +425,8 @@ producer: {linger: %s}
 }
 
 // pipelineTopics are the topics a pipeline arm named name makes besides
-// its output: the progress topic and the keyed-count step's changelog.
+// its output: the progress topic and the changelog of the keyed-count and
+// windowed-count arms' step (both named count).
 func pipelineTopics(name string) []string {
 	return []string{name + "-progress", name + "-count-changelog"}
 }

@@ -21,13 +21,14 @@ func usageErrorf(format string, args ...any) error {
 // GateError is a failed correctness gate: what the output topic held, read
 // back read_committed, against what the arm had to write.
 type GateError struct {
-	Want       int64 // outputs expected
-	Got        int64 // data records read
-	Missing    int64 // expected seqs not found
-	Duplicates int64 // records whose seq was already seen
-	Unexpected int64 // seqs the arm must not have written (filtered out or out of range)
-	Unreadable int64 // values without a seq
-	Wrong      int64 // outputs whose value is not what their input must give (a keyed count off)
+	Want       int64  // outputs expected
+	Got        int64  // data records read
+	Missing    int64  // expected seqs (windows, for a windowed arm) not found
+	Duplicates int64  // records whose seq (window) was already seen
+	Unexpected int64  // seqs the arm must not have written (filtered out or out of range; windows still open)
+	Unreadable int64  // values without a seq (a window result's fields)
+	Wrong      int64  // outputs whose value is not what their input must give (a keyed count off)
+	Example    string // the first problem found, when the gate names one
 }
 
 func (e *GateError) Error() string {
@@ -42,5 +43,9 @@ func (e *GateError) Error() string {
 	add(e.Unexpected, "unexpected")
 	add(e.Unreadable, "unreadable")
 	add(e.Wrong, "with a wrong value")
-	return fmt.Sprintf("gate: read %d of %d records: %s", e.Got, e.Want, strings.Join(parts, ", "))
+	msg := fmt.Sprintf("gate: read %d of %d records: %s", e.Got, e.Want, strings.Join(parts, ", "))
+	if e.Example != "" {
+		msg += "; first: " + e.Example
+	}
+	return msg
 }

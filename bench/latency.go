@@ -19,6 +19,11 @@ import (
 // want of input.
 func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) LatencyRun {
 	l := LatencyRun{Arm: a.Name, IntervalS: c.Interval.Seconds(), Size: c.Size, Partitions: c.Partitions, Rate: rate}
+	if a.NoLatency != "" {
+		// group skips such arms: no output of theirs times one input.
+		l.Err = fmt.Sprintf("%s has no latency runs: %s", a.Name, a.NoLatency)
+		return l
+	}
 	name := h.name(a.Name + "-lat")
 	in, out := name+"-in", name+"-out"
 	defer h.cleanup(name, in, out)

@@ -12,14 +12,37 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// backlogRate is the rate, in records per second of event time, of the
+// stream a backlog stands for: its records' timestamps advance by 1 s
+// every backlogRate records. Each of the numKeys keys then has 10 records
+// in a second, and the windows of the windowed-count arm close as it reads
+// the backlog, as they would in a stream at that rate (rather than never
+// within a backlog produced in less than a second).
+const backlogRate = 100000
+
+// BacklogTime returns the timestamp (the event time) of record seq of a
+// backlog whose first record is stamped base.
+func BacklogTime(base time.Time, seq int64) time.Time {
+	return base.Add(time.Duration(seq) * time.Second / backlogRate)
+}
+
+// backlogBase returns the timestamp of the first record of a backlog of n
+// records filled now: the start of a second, such that the last record is
+// stamped at most now (brokers may refuse timestamps in the future).
+func backlogBase(now time.Time, n int64) time.Time {
+	first := now.Add(-time.Duration(n) * time.Second / backlogRate)
+	return first.Truncate(time.Second)
+}
+
 // prefill writes n keyed records of size bytes to topic, seqs 0 to n-1,
-// and waits until every one is acknowledged.
+// stamped as BacklogTime says, and waits until every one is acknowledged.
 func prefill(ctx context.Context, cl *kgo.Client, topic string, n int64, size int) error {
 	var perr firstErr
 	done := func(_ *kgo.Record, err error) { perr.set(err) }
-	now := time.Now().UnixMicro()
+	now := time.Now()
+	base, sent := backlogBase(now, n), now.UnixMicro()
 	for seq := range n {
-		cl.Produce(ctx, &kgo.Record{Topic: topic, Key: Key(nil, seq), Value: Value(nil, seq, now, size)}, done)
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Key: Key(nil, seq), Value: Value(nil, seq, sent, size), Timestamp: BacklogTime(base, seq)}, done)
 		if seq%10000 == 0 {
 			if err := perr.get(); err != nil {
 				break

@@ -42,8 +42,9 @@ type Options struct {
 }
 
 // ArmNames lists the arms in the order they are reported. keyed-count runs
-// only when the pipeline has an aggregate operator.
-var ArmNames = []string{"copy", "copy-rc", "peer", "pass", "filter-map", "keyed-count"}
+// only when the pipeline has an aggregate operator, windowed-count only
+// when it has a window operator (and has no latency runs).
+var ArmNames = []string{"copy", "copy-rc", "peer", "pass", "filter-map", "keyed-count", "windowed-count"}
 
 // ParseFlags parses the command line. It returns an error wrapping
 // ErrUsage (or flag.ErrHelp) on bad usage; messages and help go to w.

@@ -29,12 +29,13 @@ var (
 	gridGray  = color.RGBA{225, 225, 225, 255}
 	textGray  = color.RGBA{70, 70, 70, 255}
 	armColors = map[string]color.RGBA{
-		"copy":        {60, 60, 60, 255},
-		"copy-rc":     {150, 150, 150, 255},
-		"peer":        {230, 159, 0, 255},
-		"pass":        {0, 114, 178, 255},
-		"filter-map":  {0, 158, 115, 255},
-		"keyed-count": {204, 121, 167, 255},
+		"copy":           {60, 60, 60, 255},
+		"copy-rc":        {150, 150, 150, 255},
+		"peer":           {230, 159, 0, 255},
+		"pass":           {0, 114, 178, 255},
+		"filter-map":     {0, 158, 115, 255},
+		"keyed-count":    {204, 121, 167, 255},
+		"windowed-count": {213, 94, 0, 255},
 	}
 )
 

@@ -20,7 +20,9 @@ type ThroughputRun struct {
 	Records    int64   `json:"records"` // input records
 	Outputs    int64   `json:"outputs"` // outputs expected
 	// ProcessingS runs from the first batch fetched to the last output
-	// acknowledged by the broker; records/s is Records over it.
+	// acknowledged by the broker (for an arm that EndAtLastInput, such as
+	// windowed-count, to that or to its polling the last input record,
+	// whichever is later); records/s is Records, input records, over it.
 	ProcessingS float64 `json:"processing_s"`
 	// VisibleS runs from the first batch fetched to the commit that made
 	// the last output visible: ProcessingS plus the wait for the last
@@ -80,6 +82,7 @@ type Row struct {
 	MBPerSec      float64 `json:"mb_per_s"`      // of record values
 	Ratio         float64 `json:"ratio_to_copy"` // median of the per-round ratios; NaN without copy
 	PeerRatio     float64 `json:"ratio_to_peer"` // the same against the peer at the same interval; NaN without peer
+	PassRatio     float64 `json:"ratio_to_pass"` // the same against the pass-through at the same interval; NaN without pass
 	CPUPerM       float64 `json:"cpu_s_per_million"`
 	TxPerSec      float64 `json:"tx_per_s"` // commits over VisibleS
 	PeakRSSMB     float64 `json:"peak_rss_mb"`
@@ -127,27 +130,33 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		plain
 		Ratio     jsonFloat `json:"ratio_to_copy"`
 		PeerRatio jsonFloat `json:"ratio_to_peer"`
-	}{plain(r), jsonFloat(r.Ratio), jsonFloat(r.PeerRatio)})
+		PassRatio jsonFloat `json:"ratio_to_pass"`
+	}{plain(r), jsonFloat(r.Ratio), jsonFloat(r.PeerRatio), jsonFloat(r.PassRatio)})
 }
 
-// UnmarshalJSON reads null ratios back as NaN.
+// UnmarshalJSON reads null ratios back as NaN, and absent ones (results
+// written before a ratio existed) too.
 func (r *Row) UnmarshalJSON(b []byte) error {
 	type plain Row
 	var v struct {
 		plain
 		Ratio     *float64 `json:"ratio_to_copy"`
 		PeerRatio *float64 `json:"ratio_to_peer"`
+		PassRatio *float64 `json:"ratio_to_pass"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
 	*r = Row(v.plain)
-	r.Ratio, r.PeerRatio = math.NaN(), math.NaN()
+	r.Ratio, r.PeerRatio, r.PassRatio = math.NaN(), math.NaN(), math.NaN()
 	if v.Ratio != nil {
 		r.Ratio = *v.Ratio
 	}
 	if v.PeerRatio != nil {
 		r.PeerRatio = *v.PeerRatio
+	}
+	if v.PassRatio != nil {
+		r.PassRatio = *v.PassRatio
 	}
 	return nil
 }
@@ -183,7 +192,7 @@ func WriteCSV(path string, rows []Row) error {
 	}
 	w := csv.NewWriter(f)
 	_ = w.Write([]string{"broker", "arm", "interval_s", "size", "partitions", "rounds", "records_per_s", "spread_pct", "mb_per_s",
-		"ratio_to_copy", "ratio_to_peer", "cpu_s_per_million", "tx_per_s", "peak_rss_mb", "latency_rate", "latency_achieved", "p50_ms", "p99_ms", "max_ms", "failed"})
+		"ratio_to_copy", "ratio_to_peer", "ratio_to_pass", "cpu_s_per_million", "tx_per_s", "peak_rss_mb", "latency_rate", "latency_achieved", "p50_ms", "p99_ms", "max_ms", "failed"})
 	num := func(v float64) string {
 		if math.IsNaN(v) {
 			return ""
@@ -198,7 +207,7 @@ func WriteCSV(path string, rows []Row) error {
 			return num(v)
 		}
 		_ = w.Write([]string{r.Broker, r.Arm, num(r.IntervalS), strconv.Itoa(r.Size), strconv.Itoa(r.Partitions), strconv.Itoa(r.Rounds),
-			num(r.RecordsPerSec), num(r.SpreadPct), num(r.MBPerSec), num(r.Ratio), num(r.PeerRatio), num(r.CPUPerM), num(r.TxPerSec), num(r.PeakRSSMB),
+			num(r.RecordsPerSec), num(r.SpreadPct), num(r.MBPerSec), num(r.Ratio), num(r.PeerRatio), num(r.PassRatio), num(r.CPUPerM), num(r.TxPerSec), num(r.PeakRSSMB),
 			lat(r.Rate), lat(r.Achieved), lat(r.P50Ms), lat(r.P99Ms), lat(r.MaxMs), r.Failed})
 	}
 	w.Flush()

@@ -82,6 +82,13 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 
 	var skipped []string
 	h.arms, skipped = arms(o.Arms, ops.NewRegistry())
+	if o.Latency {
+		for _, a := range h.arms {
+			if a.NoLatency != "" {
+				skipped = append(skipped, a.Name+": no latency runs: "+a.NoLatency)
+			}
+		}
+	}
 	h.res = &Results{Broker: h.label, Command: "bench " + strings.Join(os.Args[1:], " "), Machine: machine(), Started: start, Skipped: skipped, Linger: o.Linger.String()}
 	m := h.res.Machine
 	fmt.Fprintf(stdout, "broker: %s (%s); %d CPUs (GOMAXPROCS %d), %s, %s; %s %s; load average %.2f\n", h.label, strings.Join(h.seeds, ","), m.CPUs, m.GOMAXPROCS, m.Memory, m.CPUModel, m.Go, m.OS, m.Load1)
@@ -203,16 +210,23 @@ func (h *harness) group(ctx context.Context, size, parts int, warm bool) error {
 	}
 
 	if o.Latency {
+		// Arms with no latency runs (Run said why) do not set the rate.
+		var timed []*Arm
+		for _, a := range h.arms {
+			if a.NoLatency == "" {
+				timed = append(timed, a)
+			}
+		}
 		for _, iv := range o.Intervals {
 			c := Case{Interval: iv, Size: size, Partitions: parts}
 			rate := o.LatencyRate
 			if rate == 0 {
-				rate = latencyRate(Summary(h.label, h.arms, c, h.res.Runs, nil))
+				rate = latencyRate(Summary(h.label, timed, c, h.res.Runs, nil))
 			}
 			if rate == 0 {
 				continue
 			}
-			for _, a := range h.arms {
+			for _, a := range timed {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -306,7 +320,15 @@ func brief(r ThroughputRun) string {
 	if r.Err != "" {
 		return "FAILED: " + r.Err
 	}
-	return fmt.Sprintf("%s rec/s, visible after %.2fs, %d commits, cpu %.2fs, load %.1f, gate ok", thousands(r.RecordsPerSec()), r.VisibleS, r.Commits, r.CPUS, r.Load1)
+	rss, outs := "", ""
+	if r.PeakRSS > 0 {
+		rss = fmt.Sprintf(", peak RSS %.0f MB", float64(r.PeakRSS)/1e6)
+	}
+	if r.Outputs != r.Records {
+		outs = fmt.Sprintf(" (%s outputs)", thousands(float64(r.Outputs)))
+	}
+	return fmt.Sprintf("%s rec/s, visible after %.2fs, %d commits, cpu %.2fs%s, load %.1f, gate ok%s",
+		thousands(r.RecordsPerSec()), r.VisibleS, r.Commits, r.CPUS, rss, r.Load1, outs)
 }
 
 // name returns a fresh name for a run's topics, group and transactional

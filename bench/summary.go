@@ -47,8 +47,8 @@ func runsOf(runs []ThroughputRun, arm string, perInterval bool, c Case) []Throug
 
 // Summary builds the row of each arm in configuration c from the runs
 // and latency runs: medians over rounds, each round's ratio to the copy
-// arm and to the peer of the same round, and FAILED for an arm that
-// failed any run.
+// arm, to the peer and to the pass-through of the same round, and FAILED
+// for an arm that failed any run.
 func Summary(broker string, as []*Arm, c Case, runs []ThroughputRun, lats []LatencyRun) []Row {
 	byRound := func(arm string, perInterval bool) map[int]ThroughputRun {
 		m := map[int]ThroughputRun{}
@@ -59,13 +59,13 @@ func Summary(broker string, as []*Arm, c Case, runs []ThroughputRun, lats []Late
 		}
 		return m
 	}
-	copyRuns, peerRuns := byRound("copy", false), byRound("peer", true)
+	copyRuns, peerRuns, passRuns := byRound("copy", false), byRound("peer", true), byRound("pass", true)
 	var rows []Row
 	for _, a := range as {
 		rs := runsOf(runs, a.Name, a.PerInterval, c)
 		row := Row{Broker: broker, Arm: a.Name, IntervalS: c.Interval.Seconds(), Size: c.Size, Partitions: c.Partitions,
-			Rounds: len(rs), Ratio: math.NaN(), PeerRatio: math.NaN()}
-		var rps, ratios, peerRatios, cpu, tx []float64
+			Rounds: len(rs), Ratio: math.NaN(), PeerRatio: math.NaN(), PassRatio: math.NaN()}
+		var rps, ratios, peerRatios, passRatios, cpu, tx []float64
 		for _, r := range rs {
 			if r.Err != "" {
 				if row.Failed == "" {
@@ -79,6 +79,9 @@ func Summary(broker string, as []*Arm, c Case, runs []ThroughputRun, lats []Late
 			}
 			if pr, ok := peerRuns[r.Round]; ok {
 				peerRatios = append(peerRatios, r.RecordsPerSec()/pr.RecordsPerSec())
+			}
+			if pr, ok := passRuns[r.Round]; ok {
+				passRatios = append(passRatios, r.RecordsPerSec()/pr.RecordsPerSec())
 			}
 			cpu = append(cpu, r.CPUS/(float64(r.Records)/1e6))
 			if r.VisibleS > 0 {
@@ -110,6 +113,9 @@ func Summary(broker string, as []*Arm, c Case, runs []ThroughputRun, lats []Late
 			}
 			if len(peerRatios) > 0 {
 				row.PeerRatio = Median(peerRatios)
+			}
+			if len(passRatios) > 0 {
+				row.PassRatio = Median(passRatios)
 			}
 			row.CPUPerM = Median(cpu)
 			if len(tx) > 0 {

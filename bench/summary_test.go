@@ -54,6 +54,16 @@ func TestSummary(t *testing.T) {
 			t.Errorf("copy ÷ peer %v, want 0.625", cp.PeerRatio)
 		}
 	})
+	t.Run("the ratio to the pass-through pairs rounds at the same interval", func(t *testing.T) {
+		// copy: 1000, 500, 250 records/s; pass at 1s: 500, 250, 125.
+		if cp.PassRatio != 2 || pass.PassRatio != 1 {
+			t.Errorf("copy ÷ pass %v, pass ÷ pass %v; want 2 and 1", cp.PassRatio, pass.PassRatio)
+		}
+		// The peer failed a round: it has no figures at all.
+		if !math.IsNaN(peer.PassRatio) {
+			t.Errorf("peer ÷ pass %v, want none", peer.PassRatio)
+		}
+	})
 	t.Run("the other numbers are medians, RSS the largest", func(t *testing.T) {
 		if pass.CPUPerM != 2000 || pass.TxPerSec != 0.5 || pass.PeakRSSMB != 3 || pass.MBPerSec != 0.025 {
 			t.Errorf("pass: %+v", pass)

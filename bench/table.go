@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,9 +42,10 @@ func FormatTable(w io.Writer, heading string, rows []Row) {
 }
 
 // FormatRatios writes one line per configuration with every arm's
-// records/s relative to the copy arm of the same rounds, and the pipeline
-// pass-through relative to the peer at the same cadence (both medians of
-// per-round ratios).
+// records/s relative to the copy arm of the same rounds, the pipeline
+// pass-through relative to the peer at the same cadence, and the arms of
+// passRatioArms relative to the pass-through at the same cadence (all
+// medians of per-round ratios).
 func FormatRatios(w io.Writer, arms []string, rows []Row) {
 	head := []string{"size", "partitions", "interval"}
 	for _, a := range arms {
@@ -52,6 +54,13 @@ func FormatRatios(w io.Writer, arms []string, rows []Row) {
 		}
 	}
 	head = append(head, "pass ÷ peer")
+	var toPass []string
+	for _, a := range arms {
+		if slices.Contains(passRatioArms, a) {
+			toPass = append(toPass, a)
+			head = append(head, a+" ÷ pass")
+		}
+	}
 	t := [][]string{head}
 	align := strings.Repeat("r", len(head))
 	type key struct {
@@ -90,10 +99,26 @@ func FormatRatios(w io.Writer, arms []string, rows []Row) {
 		} else {
 			line = append(line, "–")
 		}
+		for _, a := range toPass {
+			r, ok := m[a]
+			switch {
+			case !ok:
+				line = append(line, "–")
+			case r.Failed != "":
+				line = append(line, "FAILED")
+			default:
+				line = append(line, fmtRatio(r.PassRatio))
+			}
+		}
 		t = append(t, line)
 	}
 	writeMarkdown(w, t, align)
 }
+
+// passRatioArms are the arms the ratio table also compares with the
+// pass-through: what a stateful step costs over the pipeline that only
+// copies.
+var passRatioArms = []string{"windowed-count"}
 
 // writeMarkdown writes t (a header row and data rows) as a Markdown table
 // with padded columns; align holds l or r per column.

@@ -58,3 +58,25 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatRatiosComparesWindowedCountWithPass(t *testing.T) {
+	rows := []Row{
+		{Arm: "copy", Size: 100, Partitions: 1, IntervalS: 1, RecordsPerSec: 100, Ratio: 1},
+		{Arm: "pass", Size: 100, Partitions: 1, IntervalS: 1, RecordsPerSec: 90, Ratio: 0.9, PeerRatio: math.NaN(), PassRatio: 1},
+		{Arm: "windowed-count", Size: 100, Partitions: 1, IntervalS: 1, RecordsPerSec: 30, Ratio: 0.3, PeerRatio: math.NaN(), PassRatio: 1.0 / 3},
+		{Arm: "copy", Size: 100, Partitions: 1, IntervalS: 0.1, RecordsPerSec: 100, Ratio: 1},
+		{Arm: "pass", Size: 100, Partitions: 1, IntervalS: 0.1, RecordsPerSec: 50, Ratio: 0.5, PeerRatio: math.NaN(), PassRatio: 1},
+		{Arm: "windowed-count", Size: 100, Partitions: 1, IntervalS: 0.1, Failed: "x"},
+	}
+	var b strings.Builder
+	FormatRatios(&b, []string{"copy", "pass", "windowed-count"}, rows)
+	want := `|  size | partitions | interval | pass × copy | windowed-count × copy | pass ÷ peer | windowed-count ÷ pass |
+| ----: | ---------: | -------: | ----------: | --------------------: | ----------: | --------------------: |
+| 100 B |          1 |       1s |        0.90 |                  0.30 |           – |                  0.33 |
+| 100 B |          1 |    100ms |        0.50 |                FAILED |           – |                FAILED |
+
+`
+	if got := b.String(); got != want {
+		t.Errorf("FormatRatios wrote\n%s\nwant\n%s", got, want)
+	}
+}
