@@ -32,6 +32,8 @@ const (
 	metricStateDisk          = "pipeline_state_disk_bytes"
 	metricTasksRestoring     = "pipeline_tasks_restoring"
 	metricBuildInfo          = "pipeline_build_info"
+	metricCheckpointRecords  = "pipeline_checkpoint_records"
+	metricCheckpointBytes    = "pipeline_checkpoint_bytes"
 )
 
 // metrics exposes a pipeline's figures to Prometheus. It lives at the edge:
@@ -42,6 +44,8 @@ type metrics struct {
 	checkpoints *prometheus.CounterVec
 	duration    prometheus.Histogram
 	commit      prometheus.Histogram
+	records     prometheus.Histogram
+	bytes       prometheus.Histogram
 }
 
 func newMetrics(p func() engine.Stats) *metrics {
@@ -66,7 +70,19 @@ func newMetrics(p func() engine.Stats) *metrics {
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricBuildInfo, Help: "Always 1; the labels say which build runs: version, commit, Go release."},
 		[]string{"version", "commit", "go_version"})
 	info.WithLabelValues(b.Version, b.Commit, b.Go).Set(1)
-	m.reg.MustRegister(info, m.checkpoints, m.duration, m.commit,
+	// Both outcomes from the start: an alert on the aborted rate needs the
+	// series before the first abort.
+	m.checkpoints.WithLabelValues("committed")
+	m.checkpoints.WithLabelValues("aborted")
+	m.records = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: metricCheckpointRecords, Help: "Records a checkpoint read (checkpoints that read records).",
+		Buckets: prometheus.ExponentialBuckets(10, 4, 10),
+	})
+	m.bytes = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: metricCheckpointBytes, Help: "Bytes a checkpoint wrote: outputs, changelogs and repartition records (checkpoints that read records).",
+		Buckets: prometheus.ExponentialBuckets(1024, 4, 12),
+	})
+	m.reg.MustRegister(info, m.checkpoints, m.duration, m.commit, m.records, m.bytes,
 		counter(metricRecordsIn, "Source records covered by committed checkpoints, not those read back from repartition topics.", func(s engine.Stats) int64 { return s.RecordsIn }),
 		counter(metricRecordsOut, "Records committed checkpoints wrote to sinks and the dead-letter topic.", func(s engine.Stats) int64 { return s.RecordsOut }),
 		counter(metricRepartitioned, "Records committed checkpoints read back from key_by repartition topics.", func(s engine.Stats) int64 { return s.Repartitioned }),
@@ -93,6 +109,8 @@ func (m *metrics) observe(cp engine.Checkpoint) {
 	if cp.Records > 0 {
 		m.duration.Observe(cp.Duration.Seconds())
 		m.commit.Observe(cp.Commit.Seconds())
+		m.records.Observe(float64(cp.Records))
+		m.bytes.Observe(float64(cp.Bytes))
 	}
 }
 

@@ -88,18 +88,23 @@ func (e *env) run(ctx context.Context, args []string) error {
 		defer demo.close()
 	}
 
-	p, err = engine.New(cfg, e.reg, crash,
-		engine.WithLogger(log),
-		engine.WithSeedBrokers(seeds...),
+	opts := []engine.Option{crash, engine.WithLogger(log), engine.WithSeedBrokers(seeds...)}
+	if m != nil {
+		opts = append(opts, engine.WithClientOpts(m.clientHooks()))
+	}
+	p, err = engine.New(cfg, e.reg, append(opts,
 		engine.WithCheckpointObserver(func(cp engine.Checkpoint) {
 			cps.add(cp)
 			if m != nil {
 				m.observe(cp)
 			}
 		}),
-	)
+	)...)
 	if err != nil {
 		return err
+	}
+	if m != nil {
+		m.watch(p, cfg.Transactions.Timeout, log)
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)

@@ -39,8 +39,12 @@ type Pipeline struct {
 	// purgeEvery, set by tests only, replaces purgeEvery.
 	purgeEvery time.Duration
 
-	stats  counters
-	health health
+	// running is the run under way, for Lag; nil before and after.
+	running atomic.Pointer[runtime]
+
+	stats   counters
+	health  health
+	figures figures
 }
 
 // Option configures a Pipeline.
@@ -149,6 +153,13 @@ type Stats struct {
 	// Restoring is how many tasks are restoring their state apart from
 	// the checkpoints; their records wait until they are done.
 	Restoring int64
+	// TransactionAge is how long the open checkpoint's transaction has
+	// been open (0 between checkpoints). The broker aborts it at
+	// transactions.timeout.
+	TransactionAge time.Duration
+	// Rebalances counts the group's assignments this instance received;
+	// PartitionsOwned is how many partitions it owns now.
+	Rebalances, PartitionsOwned int64
 	// LateRecords is how many records came after their windows closed
 	// (past allowed_lateness) and were dropped, at steps with no late
 	// output, committed or not.
@@ -161,13 +172,21 @@ type counters struct {
 	stateKeys, stateBytes, stateDisk                      atomic.Int64 // as of the last checkpoint
 	restoring                                             atomic.Int64
 	late                                                  atomic.Int64
+	txnBegan                                              atomic.Int64 // Unix nanoseconds; 0: no checkpoint open
+	rebalances, owned                                     atomic.Int64
 }
 
 // Stats returns the running totals.
 func (p *Pipeline) Stats() Stats {
+	var age time.Duration
+	if began := p.stats.txnBegan.Load(); began != 0 {
+		age = time.Since(time.Unix(0, began))
+	}
 	return Stats{
+		TransactionAge: age,
 		RecordsIn: p.stats.in.Load(), RecordsOut: p.stats.out.Load(), Repartitioned: p.stats.repartitioned.Load(), DeadLetters: p.stats.dead.Load(),
 		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(), LateRecords: p.stats.late.Load(),
+		Rebalances: p.stats.rebalances.Load(), PartitionsOwned: p.stats.owned.Load(),
 		Restored: p.stats.restored.Load(), StateKeys: p.stats.stateKeys.Load(), StateBytes: p.stats.stateBytes.Load(),
 		StateDisk: p.stats.stateDisk.Load(), Restoring: p.stats.restoring.Load(),
 	}

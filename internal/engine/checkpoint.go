@@ -18,6 +18,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	rt.nextID++
 	cp := Checkpoint{ID: rt.nextID}
 	start := time.Now()
+	defer rt.p.stats.txnBegan.Store(0)
 	if err := rt.sink.Begin(); err != nil {
 		// The client refuses to begin only after a fatal error of its
 		// own, which a new client may not repeat: rebuild.
@@ -25,6 +26,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		rt.p.stats.aborted.Add(1)
 		return cp
 	}
+	rt.p.stats.txnBegan.Store(start.UnixNano())
 	rt.track.Begin()
 	rt.internalOut.Store(0)
 	deadline := nextDeadline(rt.cadence, start, rt.cfg.Checkpoint.Interval, rt.lastCommit)

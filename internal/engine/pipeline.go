@@ -136,7 +136,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		"transactional_id", cfg.Transactions.ID(cfg.InstanceID), "checkpoint_interval", cfg.Checkpoint.Interval,
 		"transaction_timeout", cfg.Transactions.Timeout, "graph", p.g.Summary())
 	rt.purge = newPurger(rt)
+	p.running.Store(rt)
 	err = rt.loop(ctx)
+	p.running.Store(nil)
 	gr.begin() // the loop may have stopped by itself: that shutdown is bounded too
 	rt.shutdown()
 	rt.purge.wait()
@@ -300,6 +302,7 @@ func (rt *runtime) recordFailed(e *pipeline.RecordError, r *pipeline.Record) {
 	}
 	rt.Produce(kr)
 	rt.p.stats.dead.Add(1)
+	rt.p.figures.deadLetter(e.Step, deadLetterReason(e))
 	rt.dlqLines.log(rt.log, slog.LevelWarn, "record sent to the dead-letter topic", "err", e, "dead_letter_topic", rt.g.dlq)
 }
 

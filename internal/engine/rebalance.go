@@ -99,6 +99,16 @@ func (rt *runtime) own(m map[string][]int32, add bool) {
 	if rt.owned == nil {
 		rt.owned = map[pipeline.TaskID]map[string]time.Time{}
 	}
+	if add {
+		rt.p.stats.rebalances.Add(1)
+	}
+	defer func() {
+		n := 0
+		for _, topics := range rt.owned {
+			n += len(topics)
+		}
+		rt.p.stats.owned.Store(int64(n))
+	}()
 	now := rt.clock().Now()
 	for topic, parts := range m {
 		for _, p := range parts {

@@ -101,7 +101,7 @@ func (o *repartitionOp) Process(ctx pipeline.Context, r *pipeline.Record) error 
 	}
 	kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: wire.HeaderValueFormat, Value: []byte(format.String())})
 	if size := outputSize(kr); o.maxBytes > 0 && size > o.maxBytes {
-		return fmt.Errorf("key_by: record of about %d bytes for %s is larger than %s", size+batchHeader, o.def.topic, o.limit)
+		return tooLarge("key_by: record of about %d bytes for %s is larger than %s", size+batchHeader, o.def.topic, o.limit)
 	}
 	o.prod(kr)
 	return nil

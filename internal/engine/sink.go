@@ -183,7 +183,7 @@ func (s *sinkOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	// replay of it, for ever: refuse it here, where it can still go to
 	// the dead-letter topic.
 	if size := outputSize(kr); s.maxBytes > 0 && size > s.maxBytes {
-		return fmt.Errorf("output record of about %d bytes for %s is larger than %s", size+batchHeader, s.def.topic, s.limit)
+		return tooLarge("output record of about %d bytes for %s is larger than %s", size+batchHeader, s.def.topic, s.limit)
 	}
 	if stamp {
 		s.ordinals[r.Source] = ordinal + 1

@@ -227,6 +227,10 @@ func (rt *runtime) settleStores(committed bool) {
 	rt.mu.Lock()
 	rt.settleIdle(committed)
 	for id, t := range rt.tasks {
+		if committed {
+			rt.p.figures.addNodes(t.counts)
+		}
+		clear(t.counts)
 		if t.time != nil {
 			t.time.settle(committed)
 		}

@@ -56,6 +56,11 @@ type task struct {
 	// time is the task's event time and timers; nil when the graph
 	// tracks no event time and no step has timers.
 	time *taskTime
+	// counts are the records each node handled (read, handed, written)
+	// since the last checkpoint, by node index; folded into the
+	// pipeline's figures when it commits. Entries of nodes behind a
+	// parallel stage change under mu.
+	counts []int64
 
 	// mu guards the instances of steps downstream of a parallel stage,
 	// which the stage's workers call too. Lock order: a task never holds
@@ -83,6 +88,7 @@ func newTask(rt *runtime, id pipeline.TaskID) (*task, backlog, error) {
 		in:     make(chan work, 4),
 		done:   make(chan struct{}),
 		ops:    make([]pipeline.Operator, len(rt.g.nodes)),
+		counts: make([]int64, len(rt.g.nodes)),
 		ctxs:   make([]*opContext, len(rt.g.nodes)),
 		stores: make([]*state.Store, len(rt.g.nodes)),
 	}
@@ -195,7 +201,9 @@ func (t *task) run() {
 					}
 				}
 			}
+			t.counts[src.idx]++
 			if direct != nil && direct.passThrough(kr) {
+				t.counts[src.direct.idx]++
 				continue
 			}
 			var r *pipeline.Record
@@ -251,6 +259,7 @@ func (t *task) deliver(n *node, output string, r *pipeline.Record) {
 		if lock {
 			t.mu.Lock()
 		}
+		t.counts[e.to.idx]++
 		ctx := t.ctxs[e.to.idx]
 		ctx.input = e.input
 		if err := t.ops[e.to.idx].Process(ctx, rr); err != nil {

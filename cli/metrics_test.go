@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/internal/testkit"
+)
+
+// TestMetricsSayWhatHappened runs a keyed pipeline with poison records and
+// every third checkpoint aborted on purpose, and checks the metrics against
+// what happened: the aborts, the records per source, step and sink, the
+// dead letters by reason, the lag falling to 0, the partitions owned, and
+// the Kafka client's own metrics.
+func TestMetricsSayWhatHappened(t *testing.T) {
+	k := testkit.NewKafka(t)
+	for _, topic := range []string{"in", "out", "dlq"} {
+		k.Topic(topic, 2)
+	}
+	const n = 3000
+	k.Input("in", n, 30, map[int]bool{7: true, 1500: true})
+	body := `name: m
+brokers: [` + k.Addr + `]
+instance_id: i1
+checkpoint: {interval: 100ms, timeout: 10s, max_records: 400}
+transactions: {timeout: 20s}
+sources: {in: {topics: [in]}}
+steps:
+  - {name: by_k, key_by: value.k}
+  - {name: count, aggregate: {fields: {n: count}}}
+sinks: {out: {topic: out}}
+dead_letter: {topic: dlq}
+`
+	cfg, err := config.Parse([]byte(body), "m.yaml", func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p *engine.Pipeline
+	m := newMetrics(func() engine.Stats { return p.Stats() })
+	every := testkit.NewEveryNth(3)
+	p, err = engine.New(cfg, nil, engine.WithLogger(testkit.Logger(t)), engine.WithClientOpts(m.clientHooks()),
+		engine.WithCheckpointObserver(m.observe),
+		engine.WithBeforeCommit(func(cp engine.Checkpoint) error {
+			if cp.Records > 0 && every.Hit() {
+				return errors.New("injected")
+			}
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.watch(p, cfg.Transactions.Timeout, testkit.Logger(t))
+
+	stop := testkit.Start(t, p)
+	// Lag falls to 0 once everything is committed: wait for it on the
+	// metric itself.
+	deadline := time.Now().Add(60 * time.Second)
+	var got map[string]float64
+	for {
+		got = gather(t, m)
+		if got[`pipeline_consumer_lag_records{partition="0",topic="in"}`] == 0 && got[`pipeline_consumer_lag_records{partition="1",topic="in"}`] == 0 &&
+			got[`pipeline_source_records_total{source="in"}`] == n && got[`pipeline_sink_records_total{sink="out"}`] == n-2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run did not catch up: %v", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st := p.Stats()
+	after := gather(t, m)
+	got[`pipeline_checkpoints_total{outcome="aborted"}`] = after[`pipeline_checkpoints_total{outcome="aborted"}`]
+	if every.Fired() == 0 {
+		t.Fatal("no abort was injected")
+	}
+	want := map[string]float64{
+		`pipeline_checkpoints_total{outcome="aborted"}`:                      float64(st.Aborted),
+		`pipeline_source_records_total{source="in"}`:                         n,
+		`pipeline_step_records_total{step="by_k"}`:                           n, // the poison records fail in it
+		`pipeline_step_records_total{step="count"}`:                          n - 2,
+		`pipeline_sink_records_total{sink="out"}`:                            n - 2,
+		`pipeline_dead_letters_by_reason_total{reason="decode",step="by_k"}`: 2,
+		`pipeline_partitions_owned`:                                          4, // in and the repartition topic, 2 partitions each
+		`pipeline_transaction_timeout_seconds`:                               20,
+		`pipeline_consumer_lag_records{partition="0",topic="in"}`:            0,
+		`pipeline_consumer_lag_records{partition="1",topic="in"}`:            0,
+	}
+	if st.Aborted < every.Fired() {
+		t.Fatalf("%d aborts injected, %d counted", every.Fired(), st.Aborted)
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, w)
+		}
+	}
+	if got["pipeline_rebalances_total"] < 1 || got[`pipeline_checkpoints_total{outcome="committed"}`] < 1 {
+		t.Errorf("rebalances %v, committed %v", got["pipeline_rebalances_total"], got[`pipeline_checkpoints_total{outcome="committed"}`])
+	}
+	kafka := 0
+	for name := range got {
+		if strings.HasPrefix(name, "pipeline_kafka_") {
+			kafka++
+		}
+	}
+	if kafka == 0 {
+		t.Error("no pipeline_kafka_* client metric")
+	}
+	t.Logf("%d aborts injected; %d series, %d of the Kafka client", every.Fired(), len(got), kafka)
+}
+
+// gather returns every series of m as name{labels} → value (histograms by
+// their count).
+func gather(t *testing.T, m *metrics) map[string]float64 {
+	t.Helper()
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			out[seriesName(f.GetName(), mt)] = value(mt)
+		}
+	}
+	return out
+}
+
+func seriesName(name string, m *dto.Metric) string {
+	if len(m.GetLabel()) == 0 {
+		return name
+	}
+	var ls []string
+	for _, l := range m.GetLabel() {
+		ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+	}
+	return name + "{" + strings.Join(ls, ",") + "}"
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return 0
+}
