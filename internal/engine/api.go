@@ -184,7 +184,7 @@ func (p *Pipeline) Stats() Stats {
 	}
 	return Stats{
 		TransactionAge: age,
-		RecordsIn: p.stats.in.Load(), RecordsOut: p.stats.out.Load(), Repartitioned: p.stats.repartitioned.Load(), DeadLetters: p.stats.dead.Load(),
+		RecordsIn:      p.stats.in.Load(), RecordsOut: p.stats.out.Load(), Repartitioned: p.stats.repartitioned.Load(), DeadLetters: p.stats.dead.Load(),
 		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(), LateRecords: p.stats.late.Load(),
 		Rebalances: p.stats.rebalances.Load(), PartitionsOwned: p.stats.owned.Load(),
 		Restored: p.stats.restored.Load(), StateKeys: p.stats.stateKeys.Load(), StateBytes: p.stats.stateBytes.Load(),
