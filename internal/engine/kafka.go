@@ -162,17 +162,43 @@ func (k kgoLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
 	k.l.Log(context.Background(), l, "kafka client: "+msg, kv...)
 }
 
+// sayWhileWaiting logs what start-up waits for every waitLogEvery until
+// the returned func is called (which waits for the logging goroutine).
+func sayWhileWaiting(log *slog.Logger, what string) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(waitLogEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				log.Warn("still waiting", "for", what, "waited", time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// waitLogEvery is how often start-up says what it still waits for.
+var waitLogEvery = 3 * time.Second
+
 // DialCheck fails with a clear message when none of seeds accepts a
 // connection within within (one round of attempts for 0), so that a tool
 // pointed at the wrong address says so rather than retrying in silence.
 func DialCheck(ctx context.Context, seeds []string, within time.Duration) error {
-	return dialCheck(ctx, seeds, within)
+	return dialCheck(ctx, seeds, within, nil)
 }
 
 // dialCheck fails fast with a clear message when no seed broker answers,
 // instead of letting every client retry in silence.
-func dialCheck(ctx context.Context, seeds []string, within time.Duration) error {
-	deadline := time.Now().Add(within)
+// With a logger, it says what it waits for every few seconds.
+func dialCheck(ctx context.Context, seeds []string, within time.Duration, log *slog.Logger) error {
+	start := time.Now()
+	deadline, said := start.Add(within), start
 	var last error
 	for {
 		for _, s := range seeds {
@@ -186,6 +212,11 @@ func dialCheck(ctx context.Context, seeds []string, within time.Duration) error 
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("brokers: none of %v answers: %w", seeds, last)
+		}
+		if log != nil && time.Since(said) >= waitLogEvery {
+			said = time.Now()
+			log.Warn("waiting for the brokers to accept a connection", "brokers", seeds, "waited", time.Since(start).Round(time.Second),
+				"gives_up_in", time.Until(deadline).Round(time.Second), "last_err", last)
 		}
 		select {
 		case <-ctx.Done():

@@ -44,7 +44,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	if len(seeds) == 0 {
 		seeds = cfg.Brokers.Addrs
 	}
-	if err := dialCheck(ctx, seeds, 30*time.Second); err != nil {
+	if err := dialCheck(ctx, seeds, 30*time.Second, p.log); err != nil {
 		if ctx.Err() != nil {
 			return nil // told to stop before it started: nothing ran
 		}
@@ -57,7 +57,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	adm := kadm.NewClient(admCl)
 	defer adm.Close()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	stopSaying := sayWhileWaiting(p.log, "checking the cluster: the brokers' transaction limit, the topics, hanging transactions")
 	lim, parts, err := prepare(sctx, adm, cfg, p.g, p.log)
+	stopSaying()
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
