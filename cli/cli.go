@@ -81,6 +81,8 @@ Usage:
                                    write records from JSON or raw lines
   pipeline consume (-c FILE | --brokers ADDRS) --topic T [--max N]
                                    print a topic's records as JSON lines
+  pipeline health [--addr A] [--ready]
+                                   ask a running pipeline's /healthz (or /readyz)
   pipeline version                 print the version
 
 validate, offsets show, transactions hanging and audit take --format json.
@@ -162,6 +164,8 @@ func (e *env) dispatch(ctx context.Context, args []string) error {
 		return e.consume(ctx, rest)
 	case "version", "--version", "-version":
 		return e.version(rest)
+	case "health":
+		return e.health(ctx, rest)
 	case "help", "-h", "--help":
 		fmt.Fprint(e.stdout, usage)
 		return nil

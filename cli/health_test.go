@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -106,5 +107,35 @@ func TestRunServesProbes(t *testing.T) {
 	}
 	if len(seen) < 3 {
 		t.Fatalf("only %v answered ok during the run", seen)
+	}
+}
+
+// TestHealthCommand: `pipeline health` exits 0 on an ok answer and 1 with
+// the reason otherwise, as a container HEALTHCHECK needs.
+func TestHealthCommand(t *testing.T) {
+	var ready atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" && !ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "2 tasks restoring their state\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	if code, out, errs := runCLI(t, "health", "--addr", addr); code != 0 || out != "ok\n" {
+		t.Fatalf("health: exit %d %q %q", code, out, errs)
+	}
+	if code, _, errs := runCLI(t, "health", "--addr", addr, "--ready"); code != 1 || !strings.Contains(errs, "/readyz: 503 Service Unavailable: 2 tasks restoring their state") {
+		t.Fatalf("health --ready while restoring: exit %d %q", code, errs)
+	}
+	ready.Store(true)
+	if code, _, _ := runCLI(t, "health", "--addr", addr, "--ready"); code != 0 {
+		t.Fatalf("health --ready once ready: exit %d", code)
+	}
+	srv.Close()
+	if code, _, errs := runCLI(t, "health", "--addr", addr); code != 1 || !strings.Contains(errs, "/healthz") {
+		t.Fatalf("health with nothing listening: exit %d %q", code, errs)
 	}
 }
