@@ -366,12 +366,20 @@ func repartitionBehind(ctx context.Context, e *env, repart string) (string, erro
 }
 
 // checkRepartition checks that the repartition topic holds every input
-// record exactly once, as read_committed sees it.
+// record exactly once, as read_committed sees it, but those the pipeline
+// deleted once committed checkpoints had consumed them: no more than the
+// offsets before the partitions' log starts.
 func checkRepartition(ctx context.Context, e *env, repart string, records int) error {
 	recs, err := readCommittedRecords(ctx, e, repart)
 	if err != nil {
 		return err
 	}
+	starts, err := e.adm.ListStartOffsets(ctx, repart)
+	if err != nil {
+		return err
+	}
+	var deleted int64
+	starts.Each(func(o kadm.ListedOffset) { deleted += o.Offset })
 	seen := make([]int, records)
 	var bad []string
 	n := 0
@@ -389,10 +397,17 @@ func checkRepartition(ctx context.Context, e *env, repart string, records int) e
 			}
 		}
 	}
+	missing := int64(0)
 	for seq, n := range seen {
-		if n != 1 {
+		switch {
+		case n == 0:
+			missing++
+		case n != 1:
 			bad = append(bad, fmt.Sprintf("seq %d is in the repartition topic %d times", seq, n))
 		}
+	}
+	if missing > deleted {
+		bad = append(bad, fmt.Sprintf("%d seqs are not in the repartition topic, and only %d offsets before its log starts were deleted", missing, deleted))
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("repartition topic %s (%d records for %d inputs): %d problems:\n%s", repart, n, records, len(bad), strings.Join(bad[:min(len(bad), 10)], "\n"))

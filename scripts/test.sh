@@ -7,15 +7,16 @@
 # 2. every package with the race detector, end-to-end tests on the embedded
 #    broker (run as its own process so the pipeline and the broker can be
 #    SIGKILLed);
-# 3. the integration suite again against real Apache Kafka: with
+# 3. the shipped image (scripts/image.sh) built and run with podman;
+# 4. the integration suite again against real Apache Kafka: with
 #    KAFKA_LOCAL=1 the suite starts, restarts and removes its own broker
 #    through scripts/kafka-local.sh (Apache Kafka's Maven Central jars on
 #    the machine's Java 17+; Maven fetches them once).
 #
-# Without Java or Maven, step 3 runs on Docker (testcontainers) if a Docker
+# Without Java or Maven, step 4 runs on Docker (testcontainers) if a Docker
 # engine answers, else it is skipped with the reason, except under CI
 # (CI=true), where skipping it is a failure. Set KAFKA_BOOTSTRAP to run step
-# 3 against a cluster of your own instead (the broker-restart tests then
+# 4 against a cluster of your own instead (the broker-restart tests then
 # skip: the cluster is not theirs to restart). docs/brokers.md has the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,27 @@ step "unit tests and the embedded-broker suite (race detector)"
 # brokers.
 go test -race -count=1 -timeout 25m ./...
 (cd integration && INTEGRATION_NO_DOCKER=1 go test -race -count=1 -timeout 25m ./...)
+
+step "the shipped image"
+# Built from the repository alone (scripts/image.sh, FROM scratch) and run:
+# the quick start to exit 0, readiness, SIGTERM to exit 0. Podman and runc
+# are installed when missing (root, apt-get); where no container engine can
+# run the step is skipped with the reason, except under CI.
+set +e
+scripts/image-test.sh
+rc=$?
+set -e
+case $rc in
+0) ;;
+3)
+	if [ "${CI:-}" = true ]; then
+		echo "the shipped image: no container engine can run here (CI=true: that is a failure)"
+		exit 1
+	fi
+	echo "the shipped image: SKIPPED: no container engine can run here"
+	;;
+*) exit $rc ;;
+esac
 
 step "integration suite on real Apache Kafka"
 # Run from the package directory, so that go test shows the suite's first
