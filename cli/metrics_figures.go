@@ -25,6 +25,7 @@ const (
 	metricTxnTimeout    = "pipeline_transaction_timeout_seconds"
 	metricRebalances    = "pipeline_rebalances_total"
 	metricOwned         = "pipeline_partitions_owned"
+	metricHeld          = "pipeline_output_partitions_held"
 )
 
 // figuresCollector exposes the pipeline's labelled figures and its lag.
@@ -132,5 +133,7 @@ func (m *metrics) watch(p *engine.Pipeline, txnTimeout time.Duration, log *slog.
 			func() float64 { return float64(p.Stats().Rebalances) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricOwned, Help: "Partitions (of sources and repartition topics) this instance owns."},
 			func() float64 { return float64(p.Stats().PartitionsOwned) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricHeld, Help: "Output partitions whose last stable offset a transaction open longer than transactions.timeout held back at the last look (each minute)."},
+			func() float64 { return float64(p.Stats().HeldPartitions) }),
 	)
 }

@@ -92,6 +92,7 @@ dead_letter: {topic: dlq}
 		`pipeline_dead_letters_by_reason_total{reason="decode",step="by_k"}`: 2,
 		`pipeline_partitions_owned`:                                          4, // in and the repartition topic, 2 partitions each
 		`pipeline_transaction_timeout_seconds`:                               20,
+		`pipeline_output_partitions_held`:                                    0,
 		`pipeline_consumer_lag_records{partition="0",topic="in"}`:            0,
 		`pipeline_consumer_lag_records{partition="1",topic="in"}`:            0,
 	}

@@ -36,8 +36,9 @@ type Pipeline struct {
 	// outputs exact. It runs on the coordinator goroutine.
 	skipDrain func(inflight func() int64)
 
-	// purgeEvery, set by tests only, replaces purgeEvery.
-	purgeEvery time.Duration
+	// purgeEvery and hangingEvery, set by tests only, replace the
+	// constants of those names.
+	purgeEvery, hangingEvery time.Duration
 
 	// running is the run under way, for Lag; nil before and after.
 	running atomic.Pointer[runtime]
@@ -160,6 +161,10 @@ type Stats struct {
 	// Rebalances counts the group's assignments this instance received;
 	// PartitionsOwned is how many partitions it owns now.
 	Rebalances, PartitionsOwned int64
+	// HeldPartitions is how many output partitions a transaction open
+	// longer than transactions.timeout held back at the last look (each
+	// minute): their read_committed readers are stalled.
+	HeldPartitions int64
 	// LateRecords is how many records came after their windows closed
 	// (past allowed_lateness) and were dropped, at steps with no late
 	// output, committed or not.
@@ -174,6 +179,7 @@ type counters struct {
 	late                                                  atomic.Int64
 	txnBegan                                              atomic.Int64 // Unix nanoseconds; 0: no checkpoint open
 	rebalances, owned                                     atomic.Int64
+	held                                                  atomic.Int64
 }
 
 // Stats returns the running totals.
@@ -186,7 +192,7 @@ func (p *Pipeline) Stats() Stats {
 		TransactionAge: age,
 		RecordsIn:      p.stats.in.Load(), RecordsOut: p.stats.out.Load(), Repartitioned: p.stats.repartitioned.Load(), DeadLetters: p.stats.dead.Load(),
 		Committed: p.stats.committed.Load(), Aborted: p.stats.aborted.Load(), Rebuilds: p.stats.rebuilds.Load(), LateRecords: p.stats.late.Load(),
-		Rebalances: p.stats.rebalances.Load(), PartitionsOwned: p.stats.owned.Load(),
+		Rebalances: p.stats.rebalances.Load(), PartitionsOwned: p.stats.owned.Load(), HeldPartitions: p.stats.held.Load(),
 		Restored: p.stats.restored.Load(), StateKeys: p.stats.stateKeys.Load(), StateBytes: p.stats.stateBytes.Load(),
 		StateDisk: p.stats.stateDisk.Load(), Restoring: p.stats.restoring.Load(),
 	}

@@ -67,6 +67,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	hctx, stopWatching := context.WithCancel(ctx)
+	defer p.watchHanging(hctx, adm)()
+	defer stopWatching()
 
 	rt := &runtime{
 		p:          p,

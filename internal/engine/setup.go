@@ -337,18 +337,57 @@ func keepForever(ctx context.Context, adm *kadm.Client, topic string, log *slog.
 // than the transaction time-out: a hanging transaction pins the last stable
 // offset and stalls every read_committed reader. `pipeline transactions`
 // lists and aborts them.
-func reportHanging(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) {
+func reportHanging(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) int {
 	set, err := txsink.PartitionsOf(ctx, adm, g.OutputTopics()...)
 	if err != nil {
-		return
+		return -1
 	}
 	hanging, err := txsink.Hanging(ctx, adm, set, cfg.Transactions.Timeout)
 	if err != nil {
 		log.Debug("checking for hanging transactions", "err", err)
-		return
+		return -1
 	}
 	for _, h := range hanging {
 		log.Warn("hanging transaction on an output partition; read_committed readers are stalled behind it until it ends (see `pipeline transactions`)",
 			"topic", h.Topic, "partition", h.Partition, "producer_id", h.ProducerID, "start_offset", h.StartOffset, "reason", h.Reason)
 	}
+	held := map[string]bool{}
+	for _, h := range hanging {
+		held[fmt.Sprintf("%s/%d", h.Topic, h.Partition)] = true
+	}
+	return len(held)
+}
+
+// hangingEvery is how often a running pipeline looks for transactions
+// holding back its output partitions.
+const hangingEvery = time.Minute
+
+// watchHanging looks every hangingEvery for output partitions whose last
+// stable offset someone's transaction, open longer than
+// transactions.timeout, holds back (Stats.HeldPartitions, with a warning
+// per partition), until ctx ends; the returned func waits for it.
+func (p *Pipeline) watchHanging(ctx context.Context, adm *kadm.Client) (wait func()) {
+	every := hangingEvery
+	if p.hangingEvery > 0 {
+		every = p.hangingEvery
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if n := reportHanging(cctx, adm, p.cfg, p.g, p.log); n >= 0 {
+				p.stats.held.Store(int64(n))
+			}
+			cancel()
+		}
+	}()
+	return func() { <-done }
 }
