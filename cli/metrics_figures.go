@@ -26,6 +26,9 @@ const (
 	metricRebalances    = "pipeline_rebalances_total"
 	metricOwned         = "pipeline_partitions_owned"
 	metricHeld          = "pipeline_output_partitions_held"
+	metricStepKeys      = "pipeline_step_state_keys"
+	metricStepBytes     = "pipeline_step_state_memory_bytes"
+	metricRestoreLeft   = "pipeline_restore_remaining_offsets"
 )
 
 // figuresCollector exposes the pipeline's labelled figures and its lag.
@@ -35,22 +38,26 @@ type figuresCollector struct {
 	log     *slog.Logger
 	lagLog  time.Time // last "lag unknown" line
 
-	source, step, sink, dead, lagDesc *prometheus.Desc
+	source, step, sink, dead, lagDesc  *prometheus.Desc
+	stateKeys, stateBytes, restoreLeft *prometheus.Desc
 }
 
 func newFiguresCollector(figures func() engine.Figures, lag func(context.Context) ([]engine.PartitionLag, error), log *slog.Logger) *figuresCollector {
 	return &figuresCollector{
 		figures: figures, lag: lag, log: log,
-		source:  prometheus.NewDesc(metricSourceRecords, "Records read from each source's topics, covered by committed checkpoints.", []string{"source"}, nil),
-		step:    prometheus.NewDesc(metricStepRecords, "Records handed to each step, in committed checkpoints.", []string{"step"}, nil),
-		sink:    prometheus.NewDesc(metricSinkRecords, "Records each sink wrote, in committed checkpoints.", []string{"sink"}, nil),
-		dead:    prometheus.NewDesc(metricDeadByReason, "Records sent to the dead-letter topic, by the step (or source) they failed in and why: decode, too_large, event_time or error.", []string{"step", "reason"}, nil),
-		lagDesc: prometheus.NewDesc(metricLag, "Records of each partition this instance owns that the group has not committed: the partition's last stable offset minus the committed offset.", []string{"topic", "partition"}, nil),
+		source:      prometheus.NewDesc(metricSourceRecords, "Records read from each source's topics, covered by committed checkpoints.", []string{"source"}, nil),
+		step:        prometheus.NewDesc(metricStepRecords, "Records handed to each step, in committed checkpoints.", []string{"step"}, nil),
+		sink:        prometheus.NewDesc(metricSinkRecords, "Records each sink wrote, in committed checkpoints.", []string{"sink"}, nil),
+		dead:        prometheus.NewDesc(metricDeadByReason, "Records sent to the dead-letter topic, by the step (or source) they failed in and why: decode, too_large, event_time or error.", []string{"step", "reason"}, nil),
+		stateKeys:   prometheus.NewDesc(metricStepKeys, "Keys in each stateful step's stores in this instance, as of the last checkpoint (-1: the backend does not count them).", []string{"step"}, nil),
+		stateBytes:  prometheus.NewDesc(metricStepBytes, "Memory each stateful step's stores hold in this instance, as of the last checkpoint.", []string{"step"}, nil),
+		restoreLeft: prometheus.NewDesc(metricRestoreLeft, "Changelog offsets a restore under way has still to read, per step and task; the series goes when the restore is done.", []string{"step", "task"}, nil),
+		lagDesc:     prometheus.NewDesc(metricLag, "Records of each partition this instance owns that the group has not committed: the partition's last stable offset minus the committed offset.", []string{"topic", "partition"}, nil),
 	}
 }
 
 func (c *figuresCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.source, c.step, c.sink, c.dead, c.lagDesc} {
+	for _, d := range []*prometheus.Desc{c.source, c.step, c.sink, c.dead, c.lagDesc, c.stateKeys, c.stateBytes, c.restoreLeft} {
 		ch <- d
 	}
 }
@@ -68,6 +75,13 @@ func (c *figuresCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, n := range f.DeadLetters {
 		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.CounterValue, float64(n), k.Step, k.Reason)
+	}
+	for step, s := range f.State {
+		ch <- prometheus.MustNewConstMetric(c.stateKeys, prometheus.GaugeValue, float64(s.Keys), step)
+		ch <- prometheus.MustNewConstMetric(c.stateBytes, prometheus.GaugeValue, float64(s.Bytes), step)
+	}
+	for k, p := range f.Restoring {
+		ch <- prometheus.MustNewConstMetric(c.restoreLeft, prometheus.GaugeValue, float64(max(0, p.Total-p.Done)), k.Step, strconv.Itoa(int(k.Task)))
 	}
 	if c.lag == nil {
 		return

@@ -104,6 +104,9 @@ dead_letter: {topic: dlq}
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, w)
 		}
 	}
+	if got[`pipeline_step_state_keys{step="count"}`] < 30 || got[`pipeline_step_state_memory_bytes{step="count"}`] <= 0 {
+		t.Errorf("state of step count: %v keys, %v bytes; it counts 30 keys", got[`pipeline_step_state_keys{step="count"}`], got[`pipeline_step_state_memory_bytes{step="count"}`])
+	}
 	if got["pipeline_rebalances_total"] < 1 || got[`pipeline_checkpoints_total{outcome="committed"}`] < 1 {
 		t.Errorf("rebalances %v, committed %v", got["pipeline_rebalances_total"], got[`pipeline_checkpoints_total{outcome="committed"}`])
 	}
@@ -157,4 +160,26 @@ func value(m *dto.Metric) float64 {
 		return float64(m.Histogram.GetSampleCount())
 	}
 	return 0
+}
+
+// TestRestoreAndStateSeries: a restore under way is a series of the offsets
+// it has left, per step and task; state is per step.
+func TestRestoreAndStateSeries(t *testing.T) {
+	m := newMetrics(func() engine.Stats { return engine.Stats{} })
+	m.reg.MustRegister(newFiguresCollector(func() engine.Figures {
+		return engine.Figures{
+			State:     map[string]engine.StepState{"per_key": {Keys: 12, Bytes: 3400}},
+			Restoring: map[engine.StepTask]engine.RestoreProgress{{Step: "per_key", Task: 3}: {Done: 250, Total: 1000}},
+		}
+	}, nil, testkit.Logger(t)))
+	got := gather(t, m)
+	for k, w := range map[string]float64{
+		`pipeline_step_state_keys{step="per_key"}`:                    12,
+		`pipeline_step_state_memory_bytes{step="per_key"}`:            3400,
+		`pipeline_restore_remaining_offsets{step="per_key",task="3"}`: 750,
+	} {
+		if got[k] != w {
+			t.Errorf("%s = %v, want %v", k, got[k], w)
+		}
+	}
 }

@@ -58,16 +58,58 @@ type Figures struct {
 	// DeadLetters counts the records sent to the dead-letter topic by the
 	// step (or source) they failed in and reason.
 	DeadLetters map[DeadLetterKey]int64
+	// State is each stateful step's state in this instance's stores, as
+	// of the last checkpoint.
+	State map[string]StepState
+	// Restoring is, for each step and task restoring its state now, the
+	// changelog offsets it has read and has to read.
+	Restoring map[StepTask]RestoreProgress
 }
+
+// StepState is a stateful step's state in this instance: committed keys
+// (-1 where the backend does not count them) and memory held.
+type StepState struct{ Keys, Bytes int64 }
+
+// StepTask names one step in one task.
+type StepTask struct {
+	Step string
+	Task int32
+}
+
+// RestoreProgress is how far a restore has read its changelog partition.
+type RestoreProgress struct{ Done, Total int64 }
 
 // DeadLetterKey labels dead letters.
 type DeadLetterKey struct{ Step, Reason string }
 
 // figures accumulates Figures.
 type figures struct {
-	mu    sync.Mutex
-	nodes []int64 // by node index
-	dead  map[DeadLetterKey]int64
+	mu        sync.Mutex
+	nodes     []int64 // by node index
+	dead      map[DeadLetterKey]int64
+	state     map[string]StepState
+	restoring map[StepTask]RestoreProgress
+}
+
+func (f *figures) setState(s map[string]StepState) {
+	f.mu.Lock()
+	f.state = s
+	f.mu.Unlock()
+}
+
+// restoreProgress notes a restore's progress; done with done set, it is
+// forgotten.
+func (f *figures) restoreProgress(k StepTask, p RestoreProgress, done bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.restoring == nil {
+		f.restoring = map[StepTask]RestoreProgress{}
+	}
+	if done {
+		delete(f.restoring, k)
+		return
+	}
+	f.restoring[k] = p
 }
 
 func (f *figures) addNodes(counts []int64) {
@@ -95,7 +137,8 @@ func (p *Pipeline) Figures() Figures {
 	f := &p.figures
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := Figures{Sources: map[string]int64{}, Steps: map[string]int64{}, Sinks: map[string]int64{}, DeadLetters: map[DeadLetterKey]int64{}}
+	out := Figures{Sources: map[string]int64{}, Steps: map[string]int64{}, Sinks: map[string]int64{}, DeadLetters: map[DeadLetterKey]int64{},
+		State: maps.Clone(f.state), Restoring: maps.Clone(f.restoring)}
 	for _, n := range p.g.nodes {
 		var v int64
 		if n.idx < len(f.nodes) {

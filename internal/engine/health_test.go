@@ -84,3 +84,18 @@ func TestHealthReasons(t *testing.T) {
 		t.Fatalf("a stuck loop: %+v", h)
 	}
 }
+
+// TestRestoreProgressIsForgottenWhenDone: a restore's progress shows in
+// Figures while it runs, and goes when it ends.
+func TestRestoreProgressIsForgottenWhenDone(t *testing.T) {
+	p := &Pipeline{g: &Graph{}}
+	k := StepTask{"per_key", 2}
+	p.figures.restoreProgress(k, RestoreProgress{Done: 10, Total: 40}, false)
+	if got := p.Figures().Restoring[k]; got != (RestoreProgress{10, 40}) {
+		t.Fatalf("under way: %+v", got)
+	}
+	p.figures.restoreProgress(k, RestoreProgress{}, true)
+	if _, ok := p.Figures().Restoring[k]; ok {
+		t.Fatal("a finished restore still shows")
+	}
+}

@@ -264,6 +264,7 @@ func (rt *runtime) restore(ctx context.Context, cl *kgo.Client, n *node, id pipe
 	defer stall.Stop()
 	start, lastLog := time.Now(), time.Now()
 	var count int64
+	defer rt.p.figures.restoreProgress(StepTask{n.name, int32(id)}, RestoreProgress{}, true)
 	err := offsets.ReadPartition(ctx, cl, topic, int32(id), from, func(recs []*kgo.Record, p offsets.Progress) error {
 		stall.Reset(restoreStall)
 		crecs := make([]state.ChangelogRecord, len(recs))
@@ -275,6 +276,7 @@ func (rt *runtime) restore(ctx context.Context, cl *kgo.Client, n *node, id pipe
 		}
 		count += int64(len(recs))
 		rt.p.stats.restored.Add(int64(len(recs)))
+		rt.p.figures.restoreProgress(StepTask{n.name, int32(id)}, RestoreProgress{Done: p.Done, Total: p.Total}, false)
 		if time.Since(lastLog) > 2*time.Second {
 			lastLog = time.Now()
 			rt.log.Info("restoring state", "step", n.name, "task", id, "percent", 100*p.Done/max(p.Total, 1),

@@ -257,12 +257,22 @@ func (rt *runtime) settleStores(committed bool) {
 		}
 	}
 	var keys, bytes, disk int64
+	bySteps := map[string]StepState{}
 	for _, t := range rt.tasks {
-		for _, st := range t.stores {
+		for idx, st := range t.stores {
 			if st == nil {
 				continue
 			}
 			s := st.Stats()
+			name := rt.g.nodes[idx].name
+			ss := bySteps[name]
+			if s.Keys < 0 || ss.Keys < 0 {
+				ss.Keys = -1
+			} else {
+				ss.Keys += s.Keys
+			}
+			ss.Bytes += s.Bytes
+			bySteps[name] = ss
 			if s.Keys < 0 || keys < 0 {
 				keys = -1
 			} else {
@@ -283,6 +293,7 @@ func (rt *runtime) settleStores(committed bool) {
 			}
 		}
 	}
+	rt.p.figures.setState(bySteps)
 	rt.p.stats.stateKeys.Store(keys)
 	rt.p.stats.stateBytes.Store(bytes)
 	rt.p.stats.stateDisk.Store(disk)
