@@ -24,6 +24,9 @@ var suite struct {
 	broker    Broker // nil when none could be had
 	brokerErr error
 	runID     string // makes names unique across runs on a long-lived broker
+	// usedContainers says a test ran containers through testcontainers-go
+	// (image_engine.go).
+	usedContainers atomic.Bool
 }
 
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
@@ -75,6 +78,7 @@ func runMain(m *testing.M) int {
 	}
 
 	code := m.Run()
+	closeImages()
 	if suite.broker != nil {
 		suite.broker.Close()
 	}
@@ -88,12 +92,13 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-// leakOptions are the goroutines the broker's own library leaves behind:
-// testcontainers-go keeps its connection to the reaper container (which
-// removes the broker's container should this process die) and idle HTTP
-// connections to the Docker engine for the life of the process.
+// leakOptions are the goroutines testcontainers-go leaves behind when the
+// broker or the image tests used it: its connection to the reaper
+// container (which removes the broker's container should this process die)
+// and idle HTTP connections to the Docker engine, for the life of the
+// process.
 func leakOptions(b Broker) []goleak.Option {
-	if b == nil || b.Kind() != "testcontainers" {
+	if (b == nil || b.Kind() != "testcontainers") && !suite.usedContainers.Load() {
 		return nil
 	}
 	return []goleak.Option{

@@ -8,7 +8,8 @@
 #    broker (run as its own process so the pipeline and the broker can be
 #    SIGKILLed);
 # 3. the shipped image (scripts/image.sh) built and run with podman;
-# 4. the integration suite again against real Apache Kafka: with
+# 4. the integration suite again against real Apache Kafka (the shipped
+#    image included, through testcontainers-go on podman): with
 #    KAFKA_LOCAL=1 the suite starts, restarts and removes its own broker
 #    through scripts/kafka-local.sh (Apache Kafka's Maven Central jars on
 #    the machine's Java 17+; Maven fetches them once).
