@@ -239,9 +239,6 @@ auto.create.topics.enable=false
 broker.heartbeat.interval.ms=1000
 broker.session.timeout.ms=4000
 
-# A transaction past its timeout is aborted within a second, not ten.
-transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
-
 # Small footprint.
 num.network.threads=2
 num.io.threads=4
