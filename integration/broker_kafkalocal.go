@@ -47,6 +47,8 @@ type kafkaLocal struct {
 	port    int
 	ctlPort int
 	version string
+	extra   []string // more of the script's environment
+	props   string   // more server.properties lines
 
 	mu       sync.Mutex
 	closed   bool
@@ -59,14 +61,23 @@ func startKafkaLocal(ctx context.Context, env brokerEnv) (Broker, error) {
 	if v := os.Getenv("KAFKA_LOCAL"); v != "1" {
 		return nil, fmt.Errorf("%w: KAFKA_LOCAL is not 1", errNotApplicable)
 	}
+	return newKafkaLocal(ctx, filepath.Join(env.dir, "kafka-local"), env.dir, nil, "")
+}
+
+// newKafkaLocal starts a broker with its state in dir and its logs kept
+// in logDir; env is more of the script's variables, props more
+// server.properties lines.
+func newKafkaLocal(ctx context.Context, dir, logDir string, env []string, props string) (*kafkaLocal, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
 	}
 	b := &kafkaLocal{
 		script: filepath.Join(root, "scripts", "kafka-local.sh"),
-		dir:    filepath.Join(env.dir, "kafka-local"),
-		logDir: env.dir,
+		dir:    dir,
+		logDir: logDir,
+		extra:  env,
+		props:  props,
 	}
 	ctx, cancel := context.WithTimeout(ctx, kafkaLocalStartBound)
 	defer cancel()
@@ -152,13 +163,13 @@ func (b *kafkaLocal) runFull(ctx context.Context, command string) (string, strin
 }
 
 func (b *kafkaLocal) env() []string {
-	return []string{
+	return append([]string{
 		"KAFKA_LOCAL_DIR=" + b.dir,
 		"KAFKA_LOCAL_PORT=" + strconv.Itoa(b.port),
 		"KAFKA_LOCAL_CONTROLLER_PORT=" + strconv.Itoa(b.ctlPort),
 		"KAFKA_LOCAL_TXN_MAX_TIMEOUT_MS=" + strconv.Itoa(int(suiteTxnMaxTimeout.Milliseconds())),
-		"KAFKA_LOCAL_EXTRA_PROPERTIES=" + suiteTxnAbortCheck,
-	}
+		"KAFKA_LOCAL_EXTRA_PROPERTIES=" + suiteTxnAbortCheck + "\n" + b.props,
+	}, b.extra...)
 }
 
 // startWatchdog starts the process that kills the broker if the test

@@ -31,6 +31,9 @@
 #   KAFKA_LOCAL_VERSION              Kafka version                  [kafka.version in scripts/kafka/pom.xml]
 #   KAFKA_LOCAL_TXN_MAX_TIMEOUT_MS   broker transaction.max.timeout.ms [broker default, 900000]
 #   KAFKA_LOCAL_EXTRA_PROPERTIES     extra server.properties lines ("key=value", one per line)
+#   KAFKA_LOCAL_SECURITY_PROTOCOL    the client listener's protocol: PLAINTEXT or SASL_PLAINTEXT
+#                                    (then give sasl.enabled.mechanisms, the listener's JAAS
+#                                    config and any authorizer as extra properties) [PLAINTEXT]
 #   KAFKA_LOCAL_HEAP_OPTS            JVM heap options              [-Xms256m -Xmx1g]
 #   KAFKA_LOCAL_START_TIMEOUT        seconds to wait for readiness  [90]
 #   KAFKA_LOCAL_STOP_TIMEOUT         seconds to wait after SIGTERM  [30]
@@ -59,6 +62,14 @@ HEAP_OPTS=${KAFKA_LOCAL_HEAP_OPTS:--Xms256m -Xmx1g}
 START_TIMEOUT=${KAFKA_LOCAL_START_TIMEOUT:-90}
 STOP_TIMEOUT=${KAFKA_LOCAL_STOP_TIMEOUT:-30}
 LOG_LEVEL=${KAFKA_LOCAL_LOG_LEVEL:-INFO}
+PROTOCOL=${KAFKA_LOCAL_SECURITY_PROTOCOL:-PLAINTEXT}
+case $PROTOCOL in
+PLAINTEXT | SASL_PLAINTEXT) ;;
+*)
+	printf 'kafka-local: KAFKA_LOCAL_SECURITY_PROTOCOL=%s: PLAINTEXT or SASL_PLAINTEXT\n' "$PROTOCOL" >&2
+	exit 2
+	;;
+esac
 
 DATA_DIR="$STATE_DIR/data"
 PROPS="$STATE_DIR/server.properties"
@@ -212,10 +223,10 @@ write_config() {
 # Written by kafka-local.sh at every start; edits are overwritten.
 process.roles=broker,controller
 node.id=1
-listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+listeners=$PROTOCOL://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
+advertised.listeners=$PROTOCOL://$HOST:$PORT
+listener.security.protocol.map=$PROTOCOL:$PROTOCOL,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=$PROTOCOL
 controller.listener.names=CONTROLLER
 controller.quorum.bootstrap.servers=$HOST:$CONTROLLER_PORT
 log.dirs=$DATA_DIR

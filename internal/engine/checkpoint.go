@@ -201,7 +201,12 @@ func (rt *runtime) fetchErr(f kgo.Fetches) error {
 		case errors.Is(fe.Err, kgo.ErrClientClosed):
 			return fe.Err
 		case txsink.Classify(fe.Err) == txsink.Exit:
-			return fmt.Errorf("consuming %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+			acc := access{cfg: rt.cfg, g: rt.g}
+			if fe.Topic == "" {
+				// The client's own errors (the group's) come with no topic.
+				return fmt.Errorf("consuming: %w", acc.denied(fe.Err))
+			}
+			return fmt.Errorf("consuming %s/%d: %w", fe.Topic, fe.Partition, acc.deniedTopic(fe.Err, fe.Topic, false))
 		default:
 			rt.log.Warn("fetch error (retried by the client)", "topic", fe.Topic, "partition", fe.Partition, "err", fe.Err)
 		}

@@ -52,7 +52,7 @@ func (l *limits) record(topic string) (int, string) {
 }
 
 // topicLimits reads max.message.bytes of the topics the pipeline writes.
-func topicLimits(ctx context.Context, adm *kadm.Client, batchMax int32, topics []string) (*limits, error) {
+func topicLimits(ctx context.Context, adm *kadm.Client, acc access, batchMax int32, topics []string) (*limits, error) {
 	l := &limits{batchMax: batchMax, topics: map[string]int32{}}
 	if len(topics) == 0 {
 		return l, nil
@@ -67,7 +67,7 @@ func topicLimits(ctx context.Context, adm *kadm.Client, batchMax int32, topics [
 		if err == nil {
 			for _, rc := range rcs {
 				if rc.Err != nil {
-					err = fmt.Errorf("topic %q: %w", rc.Name, rc.Err)
+					err = fmt.Errorf("topic %q: %w", rc.Name, acc.deniedTopic(rc.Err, rc.Name, false))
 					break
 				}
 			}

@@ -321,7 +321,7 @@ func (rt *runtime) dropLate(n *node, r *pipeline.Record) {
 // loop runs checkpoints until ctx is done or something fatal happens. What
 // follows a checkpoint that did not commit is recovery's decision.
 func (rt *runtime) loop(ctx context.Context) error {
-	rec := newRecovery(rt.cfg, rt.log)
+	rec := newRecovery(rt.cfg, rt.g, rt.log)
 	for {
 		cp := rt.checkpoint(ctx)
 		rt.p.health.checkpointDone(cp, time.Now())

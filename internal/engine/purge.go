@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +79,13 @@ func (p *purger) committed(ranges []offsets.Range) {
 		resp, err := p.adm.DeleteRecords(ctx, upTo)
 		if err == nil {
 			err = resp.Error()
+		}
+		if err != nil && isAccessDenied(err) {
+			acc := access{cfg: p.rt.cfg, g: p.rt.g}
+			for _, t := range slices.Sorted(maps.Keys(upTo)) {
+				err = acc.deniedTopic(err, t, false)
+				break
+			}
 		}
 		if err != nil {
 			// The next round deletes further; nothing depends on it.

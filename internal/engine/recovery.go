@@ -38,6 +38,7 @@ type decision struct {
 // or refusals. It belongs to the coordinator goroutine.
 type recovery struct {
 	cfg *config.Config
+	acc access
 	log *slog.Logger
 
 	failed  int       // checkpoints in a row that did not commit
@@ -46,8 +47,8 @@ type recovery struct {
 	refused int       // of them, records the broker refused
 }
 
-func newRecovery(cfg *config.Config, log *slog.Logger) *recovery {
-	return &recovery{cfg: cfg, log: log}
+func newRecovery(cfg *config.Config, g *Graph, log *slog.Logger) *recovery {
+	return &recovery{cfg: cfg, acc: access{cfg: cfg, g: g}, log: log}
 }
 
 // maxRefusedInARow is how many checkpoints in a row may fail on records the
@@ -103,6 +104,9 @@ func (r *recovery) fatal(cp Checkpoint) error {
 	if txsink.Classify(err) == txsink.Exit {
 		if errors.Is(err, kerr.FencedInstanceID) {
 			return zombieErr(r.cfg, err)
+		}
+		if explained := r.acc.explain(err); explained != err {
+			return explained
 		}
 		return fmt.Errorf("%s: %w", fatalHint(r.cfg, err), err)
 	}

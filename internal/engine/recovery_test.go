@@ -225,7 +225,7 @@ func TestRecoveryDecides(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRecovery(cfg, slog.New(slog.DiscardHandler))
+			r := newRecovery(cfg, &Graph{}, slog.New(slog.DiscardHandler))
 			for i, s := range tc.steps {
 				d := r.decide(s.cp, t0.Add(s.at))
 				if d.next != s.want {

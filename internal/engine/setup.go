@@ -34,9 +34,18 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		return nil, nil, err
 	}
 
+	acc := access{cfg: cfg, g: g}
 	topics := g.SourceTopics()
 	details, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
+		if isAccessDenied(err) {
+			// Which topic was refused is not said: name each.
+			errs := make([]error, len(topics))
+			for i, t := range topics {
+				errs[i] = acc.deniedTopic(err, t, false)
+			}
+			err = errors.Join(errs...)
+		}
 		return nil, nil, fmt.Errorf("listing source topics: %w", err)
 	}
 	var srcMax int32
@@ -53,7 +62,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 				continue
 			}
 			if d.Err != nil {
-				errs = append(errs, fmt.Errorf("%s.topics[%d]: topic %q: %w", n.path, i, t, d.Err))
+				errs = append(errs, fmt.Errorf("%s.topics[%d]: topic %q: %w", n.path, i, t, acc.deniedTopic(d.Err, t, false)))
 				continue
 			}
 			p := int32(len(d.Partitions))
@@ -92,7 +101,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		if !w.explicit {
 			w.partitions = srcMax
 		}
-		if err := ensureTopic(ctx, adm, cfg, w.topic, w.partitions, w.explicit, w.path, log); err != nil {
+		if err := ensureTopic(ctx, adm, acc, w.topic, w.partitions, w.explicit, w.path, log); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -110,7 +119,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		// Records keep their event time as their timestamp: a time-based
 		// retention would delete old ones before they are read. What was
 		// consumed is deleted instead (purger).
-		if err := ensureTopicWith(ctx, adm, cfg, n.repart.topic, p, true, n.path, map[string]string{"retention.ms": "-1"}, log); err != nil {
+		if err := ensureTopicWith(ctx, adm, acc, n.repart.topic, p, true, n.path, map[string]string{"retention.ms": "-1"}, log); err != nil {
 			errs = append(errs, err)
 		} else {
 			keepForever(ctx, adm, n.repart.topic, log)
@@ -122,13 +131,13 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		if n.stateful() == nil {
 			continue
 		}
-		if err := ensureChangelog(ctx, adm, cfg, n, parts, log); err != nil {
+		if err := ensureChangelog(ctx, adm, acc, n, parts, log); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if cfg.Audit.Enabled && cfg.Audit.Topic != "" && !seen[cfg.Audit.Topic] {
 		// One partition: the records of every instance in commit order.
-		if err := ensureTopic(ctx, adm, cfg, cfg.Audit.Topic, 1, true, "audit.topic", log); err != nil {
+		if err := ensureTopic(ctx, adm, acc, cfg.Audit.Topic, 1, true, "audit.topic", log); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -148,7 +157,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 	if cfg.Audit.Enabled && cfg.Audit.Topic != "" {
 		written = append(written, cfg.Audit.Topic)
 	}
-	lim, err := topicLimits(ctx, adm, cfg.Producer.BatchMaxBytes, written)
+	lim, err := topicLimits(ctx, adm, acc, cfg.Producer.BatchMaxBytes, written)
 	return lim, parts, err
 }
 
@@ -189,12 +198,15 @@ func stepTasks(n *node, parts map[string]int32) (int32, []string) {
 // one partition per task of the step, or checks the one there has that
 // many: a task's state lives in the partition of its number, and a task
 // without one could neither write its state nor read it back.
-func ensureChangelog(ctx context.Context, adm *kadm.Client, cfg *config.Config, n *node, parts map[string]int32, log *slog.Logger) error {
-	topic := wire.ChangelogTopic(cfg.Name, n.name)
+func ensureChangelog(ctx context.Context, adm *kadm.Client, acc access, n *node, parts map[string]int32, log *slog.Logger) error {
+	topic := wire.ChangelogTopic(acc.cfg.Name, n.name)
 	tasks, from := stepTasks(n, parts)
 	details, err := adm.ListTopics(ctx, topic)
+	if err == nil && isAccessDenied(details[topic].Err) {
+		err = details[topic].Err
+	}
 	if err != nil {
-		return fmt.Errorf("describing topic %q: %w", topic, err)
+		return fmt.Errorf("describing topic %q: %w", topic, acc.deniedTopic(err, topic, false))
 	}
 	if d, ok := details[topic]; ok && d.Err == nil {
 		if have := int32(len(d.Partitions)); have != tasks {
@@ -205,7 +217,7 @@ func ensureChangelog(ctx context.Context, adm *kadm.Client, cfg *config.Config, 
 		}
 		return nil
 	}
-	return ensureTopicWith(ctx, adm, cfg, topic, tasks, true, n.path, map[string]string{"cleanup.policy": "compact"}, log)
+	return ensureTopicWith(ctx, adm, acc, topic, tasks, true, n.path, map[string]string{"cleanup.policy": "compact"}, log)
 }
 
 // checkTxnTimeout checks transactions.timeout against the
@@ -266,16 +278,20 @@ func checkTxnTimeout(ctx context.Context, adm *kadm.Client, cfg *config.Config, 
 	return nil
 }
 
-func ensureTopic(ctx context.Context, adm *kadm.Client, cfg *config.Config, topic string, partitions int32, explicit bool, path string, log *slog.Logger) error {
-	return ensureTopicWith(ctx, adm, cfg, topic, partitions, explicit, path, nil, log)
+func ensureTopic(ctx context.Context, adm *kadm.Client, acc access, topic string, partitions int32, explicit bool, path string, log *slog.Logger) error {
+	return ensureTopicWith(ctx, adm, acc, topic, partitions, explicit, path, nil, log)
 }
 
 // ensureTopicWith is ensureTopic with topic configs of its own on top of
 // topics.configs.
-func ensureTopicWith(ctx context.Context, adm *kadm.Client, cfg *config.Config, topic string, partitions int32, explicit bool, path string, extra map[string]string, log *slog.Logger) error {
+func ensureTopicWith(ctx context.Context, adm *kadm.Client, acc access, topic string, partitions int32, explicit bool, path string, extra map[string]string, log *slog.Logger) error {
+	cfg := acc.cfg
 	details, err := adm.ListTopics(ctx, topic)
+	if err == nil && isAccessDenied(details[topic].Err) {
+		err = details[topic].Err
+	}
 	if err != nil {
-		return fmt.Errorf("describing topic %q: %w", topic, err)
+		return fmt.Errorf("describing topic %q: %w", topic, acc.deniedTopic(err, topic, false))
 	}
 	if d, ok := details[topic]; ok && d.Err == nil {
 		if have := int32(len(d.Partitions)); explicit && have != partitions {
@@ -295,10 +311,10 @@ func ensureTopicWith(ctx context.Context, adm *kadm.Client, cfg *config.Config, 
 	}
 	resp, err := adm.CreateTopic(ctx, partitions, cfg.Topics.ReplicationFactor, configs, topic)
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("creating topic %q: %w", topic, err)
+		return fmt.Errorf("creating topic %q: %w", topic, acc.deniedTopic(err, topic, true))
 	}
 	if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("creating topic %q: %w", topic, resp.Err)
+		return fmt.Errorf("creating topic %q: %w", topic, acc.deniedTopic(resp.Err, topic, true))
 	}
 	log.Info("created topic", "topic", topic, "partitions", partitions)
 	return nil
