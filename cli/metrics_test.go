@@ -3,6 +3,10 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +78,7 @@ dead_letter: {topic: dlq}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	checkMetricsDocumented(t, m)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +125,62 @@ dead_letter: {topic: dlq}
 		t.Error("no pipeline_kafka_* client metric")
 	}
 	t.Logf("%d aborts injected; %d series, %d of the Kafka client", every.Fired(), len(got), kafka)
+	var seen []string
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if strings.HasPrefix(k, "pipeline_") && !strings.HasPrefix(k, "pipeline_kafka_") {
+			seen = append(seen, fmt.Sprintf("%s %v", k, got[k]))
+		}
+	}
+	t.Logf("caught up (aborted: after the stop; histograms: their counts):\n%s", strings.Join(seen, "\n"))
+}
+
+// checkMetricsDocumented checks the metrics table of docs/operations.md
+// against what m exposes: every pipeline_* family documented, every
+// documented one exposed (a restore's series only while one is under
+// way).
+func checkMetricsDocumented(t *testing.T, m *metrics) {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	name := regexp.MustCompile("`(pipeline_[a-z_]+)[{`*]")
+	for _, line := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(line, "| `pipeline_") {
+			continue
+		}
+		cell := strings.Split(line, "|")[1]
+		for _, m := range name.FindAllStringSubmatch(cell, -1) {
+			documented[m[1]] = true
+		}
+	}
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposed := map[string]bool{}
+	for _, f := range fams {
+		n := f.GetName()
+		if !strings.HasPrefix(n, "pipeline_") {
+			continue
+		}
+		if strings.HasPrefix(n, "pipeline_kafka_") {
+			n = "pipeline_kafka_"
+		}
+		exposed[n] = true
+		if !documented[n] {
+			t.Errorf("%s is exposed but not in the metrics table of docs/operations.md", n)
+		}
+	}
+	for n := range documented {
+		if !exposed[n] && n != "pipeline_restore_remaining_offsets" {
+			t.Errorf("docs/operations.md documents %s, which is not exposed", n)
+		}
+	}
+	if len(documented) < 20 {
+		t.Fatalf("found only %d metrics in docs/operations.md: the table's form changed", len(documented))
+	}
 }
 
 // gather returns every series of m as name{labels} → value (histograms by
