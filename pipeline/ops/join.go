@@ -1,0 +1,346 @@
+package ops
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/pipeline-run/pipeline/internal/codec"
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/state"
+)
+
+// intervalJoin joins two keyed streams on event time, as Flink's interval
+// join does: a record a of the first input (left) and a record b of the
+// second (right) with the same key are a pair when
+//
+//	a.ts + lower <= b.ts <= a.ts + upper
+//
+//	- name: paid
+//	  from: [orders_by_id, payments_by_id]   # left, right: keyed alike
+//	  interval_join:
+//	    lower: 0s
+//	    upper: 10m
+//	    type: left        # inner (default), left or outer
+//	    late: output      # records behind the watermark go to paid.late
+//
+// Each pair is emitted once, when its second record arrives: a record keyed
+// like the inputs, stamped with the later of the two times, whose value is
+//
+//	{"key": "o-17", "left": {…the order…}, "right": {…the payment…}}
+//
+// Each record is kept (keyed state, a state.Map per key, and a timer) until
+// the watermark has passed the last time a record of the other side could
+// still pair with it: a.ts + upper for a left record, b.ts - lower for a
+// right one. With type left (outer) a left (any) record that found no pair
+// by then is emitted alone, with "right" (or "left") null. A record behind
+// the watermark when it arrives is late: the records it could pair with
+// may be gone, so it is not joined but sent to the late output, or counted
+// and dropped.
+type intervalJoin struct {
+	lower, upper int64 // milliseconds
+	kind         string
+	lateOut      bool
+	fp           string
+}
+
+type intervalJoinSpec struct {
+	Lower any    `yaml:"lower"` // signed durations: -5m is before
+	Upper any    `yaml:"upper"`
+	Type  string `yaml:"type"`
+	Late  string `yaml:"late"`
+}
+
+func newIntervalJoin(s *pipeline.Spec) (pipeline.Definition, error) {
+	var js intervalJoinSpec
+	if !s.Decode(&js) {
+		return nil, nil
+	}
+	j := &intervalJoin{kind: "inner"}
+	if s.Inputs != 2 {
+		s.Errorf("", "an interval join reads two streams, the left and the right, keyed alike: give them as from: [left, right] (found %d)", s.Inputs)
+	}
+	lower, lerr := durationOf(js.Lower) // negative: before
+	upper, uerr := durationOf(js.Upper)
+	switch {
+	case js.Lower == nil:
+		s.Errorf(".lower", "required: the earliest a right record may be after a left one (negative: before it), such as 0s or -5m")
+	case lerr != nil:
+		s.Errorf(".lower", "%v", lerr)
+	case js.Upper == nil:
+		s.Errorf(".upper", "required: the latest a right record may be after a left one, such as 10m")
+	case uerr != nil:
+		s.Errorf(".upper", "%v", uerr)
+	case lower > upper:
+		s.Errorf(".upper", "upper (%s) is before lower (%s): no pair could match", upper, lower)
+	default:
+		j.lower, j.upper = lower.Milliseconds(), upper.Milliseconds()
+	}
+	switch js.Type {
+	case "", "inner":
+	case "left", "outer":
+		j.kind = js.Type
+	default:
+		s.Errorf(".type", "must be inner (pairs only), left (and left records that found no pair) or outer (and records of either side that found none), found %q", js.Type)
+	}
+	switch js.Late {
+	case "", "drop":
+	case "output":
+		j.lateOut = true
+	default:
+		s.Errorf(".late", "must be drop (the default: count and log late records) or output (send them to %s.late), found %q", s.Name, js.Late)
+	}
+	j.fp = fmt.Sprintf("interval_join:v1:%d:%d:%s", j.lower, j.upper, j.kind)
+	return j, nil
+}
+
+func (j *intervalJoin) Outputs() []string {
+	if j.lateOut {
+		return []string{"late"}
+	}
+	return nil
+}
+
+func (j *intervalJoin) Fingerprint() string { return j.fp }
+func (j *intervalJoin) UsesEventTime() bool { return true }
+
+// MergesInputs: a pair stands for two inputs.
+func (j *intervalJoin) MergesInputs() (sub, what, instead string) {
+	return "", "a join writes one record for two inputs", "leave audit.source_positions off for this pipeline"
+}
+
+func (j *intervalJoin) NewOperator(pipeline.TaskID) (pipeline.Operator, error) {
+	return nil, errors.New("interval_join needs a state store")
+}
+
+func (j *intervalJoin) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pipeline.Operator, error) {
+	buf, err := state.NewMap[joinEntry](st, "records", state.TTLConfig{}, state.WithCodec[joinEntry](joinEntryCodec{}))
+	if err != nil {
+		return nil, err
+	}
+	tm, err := state.NewTimers(st, "timers")
+	if err != nil {
+		return nil, err
+	}
+	return &intervalJoinOp{def: j, buf: buf, timers: tm}, nil
+}
+
+// joinEntry is one buffered record: its event time, its value as written,
+// and whether it found a pair.
+type joinEntry struct {
+	ts      int64
+	matched bool
+	value   []byte
+}
+
+// joinEntryCodec encodes an entry as a flag byte, the time (8 bytes) and
+// the value.
+type joinEntryCodec struct{}
+
+func (joinEntryCodec) Append(dst []byte, e joinEntry) ([]byte, error) {
+	var flags byte
+	if e.matched {
+		flags = 1
+	}
+	dst = append(dst, flags)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(e.ts))
+	return append(dst, e.value...), nil
+}
+
+func (joinEntryCodec) Decode(src []byte) (joinEntry, error) {
+	if len(src) < 9 || src[0] > 1 {
+		return joinEntry{}, fmt.Errorf("a buffered join record of %d bytes", len(src))
+	}
+	return joinEntry{matched: src[0] == 1, ts: int64(binary.BigEndian.Uint64(src[1:9])), value: slices.Clone(src[9:])}, nil
+}
+
+// Sides, as the first byte of a buffered record's map key.
+const (
+	sideLeft  = 'L'
+	sideRight = 'R'
+)
+
+// intervalJoinOp is an interval join in one task. Its state, per key: the
+// buffered records of both sides (map key: side, time, then where the
+// record was read, so entries sort by side and time and replay the same
+// way), and a timer at each one's expiry.
+type intervalJoinOp struct {
+	def    *intervalJoin
+	buf    *state.Map[joinEntry]
+	timers *state.Timers
+}
+
+func (o *intervalJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
+	key, err := r.KeyBytes()
+	if err != nil {
+		return err
+	}
+	if key == nil {
+		return fmt.Errorf("interval_join needs a record key; this record has none (key both streams with key_by)")
+	}
+	ts, wm := r.Timestamp.UnixMilli(), watermarkOf(ctx)
+	if ts < wm {
+		if o.def.lateOut {
+			ctx.EmitTo("late", r)
+		} else {
+			ctx.DropLate(r)
+		}
+		return nil
+	}
+	value, err := jsonOf(&r.Value)
+	if err != nil {
+		return err
+	}
+	left := ctx.Input() == 0
+	side, other := byte(sideLeft), byte(sideRight)
+	// The other side's times that pair with ts, and when this record
+	// expires: no record of the other side that is not late can pair
+	// with it once the watermark is past expiry.
+	from, to, expiry := ts+o.def.lower, ts+o.def.upper, ts+o.def.upper
+	if !left {
+		side, other = sideRight, sideLeft
+		from, to, expiry = ts-o.def.upper, ts-o.def.lower, ts-o.def.lower
+	}
+	all, err := o.buf.Entries(key)
+	if err != nil {
+		return err
+	}
+	matched := false
+	for _, e := range all {
+		if e.Key[0] != other || e.Value.ts < from || e.Value.ts > to {
+			continue
+		}
+		matched = true
+		l, rt := value, e.Value.value
+		if !left {
+			l, rt = e.Value.value, value
+		}
+		o.emit(ctx, key, l, rt, max(ts, e.Value.ts), r.Source)
+		if !e.Value.matched && o.keepsUnmatched(other) {
+			e.Value.matched = true
+			if err := o.buf.Put(key, e.Key, e.Value); err != nil {
+				return err
+			}
+		}
+	}
+	if expiry < wm {
+		// Already past: nothing to come can pair with it.
+		if !matched && o.keepsUnmatched(side) {
+			o.emitAlone(ctx, key, side, value, ts, r.Source)
+		}
+		return nil
+	}
+	mk := entryKey(side, ts, r.Source, len(all))
+	if err := o.buf.Put(key, mk, joinEntry{ts: ts, matched: matched, value: value}); err != nil {
+		return err
+	}
+	return o.timers.Set(key, time.UnixMilli(expiry+1), state.EventTime)
+}
+
+// keepsUnmatched says whether records of side that found no pair are
+// emitted alone.
+func (o *intervalJoinOp) keepsUnmatched(side byte) bool {
+	return o.def.kind == "outer" || (o.def.kind == "left" && side == sideLeft)
+}
+
+// entryKey is a buffered record's map key: side, time (order-preserving),
+// and the position it was read at, which sets it apart from other records
+// of the same time and is the same on every replay; n, the entries the key
+// had, stands in for a record built with no position.
+func entryKey(side byte, ts int64, src pipeline.Position, n int) string {
+	k := make([]byte, 0, 48)
+	k = append(k, side)
+	k = append(k, startKey(ts)...)
+	if src.Topic == "" {
+		return string(strconv.AppendInt(k, int64(n), 10))
+	}
+	k = append(k, src.Topic...)
+	k = append(k, '/')
+	k = strconv.AppendInt(k, int64(src.Partition), 10)
+	k = append(k, '@')
+	return string(strconv.AppendInt(k, src.Offset, 10))
+}
+
+// OnTimer drops the key's records the watermark has passed the expiry of,
+// emitting those that found no pair when the join type keeps them.
+func (o *intervalJoinOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
+	all, err := o.buf.Entries(t.Key)
+	if err != nil {
+		return err
+	}
+	wm := watermarkOf(ctx)
+	for _, e := range all {
+		side := e.Key[0]
+		expiry := e.Value.ts + o.def.upper
+		if side == sideRight {
+			expiry = e.Value.ts - o.def.lower
+		}
+		if expiry >= wm {
+			continue
+		}
+		if !e.Value.matched && o.keepsUnmatched(side) {
+			o.emitAlone(ctx, t.Key, side, e.Value.value, e.Value.ts, pipeline.Position{})
+		}
+		if err := o.buf.Remove(t.Key, e.Key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// emit sends the pair (l, r) of key, stamped ts.
+func (o *intervalJoinOp) emit(ctx pipeline.Context, key, l, r []byte, ts int64, src pipeline.Position) {
+	ctx.Emit(joinResult(key, l, r, ts, src))
+}
+
+// emitAlone sends a record of side that found no pair.
+func (o *intervalJoinOp) emitAlone(ctx pipeline.Context, key []byte, side byte, value []byte, ts int64, src pipeline.Position) {
+	if side == sideLeft {
+		ctx.Emit(joinResult(key, value, nil, ts, src))
+		return
+	}
+	ctx.Emit(joinResult(key, nil, value, ts, src))
+}
+
+// joinResult is {"key": key, "left": l, "right": r}, l and r JSON (nil:
+// null), keyed by key and stamped ts.
+func joinResult(key, l, r []byte, ts int64, src pipeline.Position) *pipeline.Record {
+	v := make([]byte, 0, len(key)+len(l)+len(r)+32)
+	v = append(v, `{"key":`...)
+	v, _ = codec.AppendJSON(v, string(key)) // a string always encodes
+	v = append(v, `,"left":`...)
+	v = appendOrNull(v, l)
+	v = append(v, `,"right":`...)
+	v = appendOrNull(v, r)
+	v = append(v, '}')
+	return &pipeline.Record{
+		Key:       pipeline.RawValue(slices.Clone(key), pipeline.String),
+		Value:     pipeline.RawValue(v, pipeline.JSON),
+		Timestamp: time.UnixMilli(ts),
+		Source:    src,
+	}
+}
+
+func appendOrNull(dst, b []byte) []byte {
+	if len(b) == 0 {
+		return append(dst, "null"...)
+	}
+	return append(dst, b...)
+}
+
+// jsonOf is a record value as JSON: as written when it was read as JSON,
+// encoded when an operator set it, and a JSON string for a value read as
+// a string or bytes.
+func jsonOf(v *pipeline.Value) ([]byte, error) {
+	if v.Format() == pipeline.JSON || v.Changed() {
+		b, err := v.Encode(pipeline.JSON)
+		if err != nil || len(b) > 0 {
+			return b, err
+		}
+		return []byte("null"), nil
+	}
+	return codec.AppendJSON(nil, string(v.Raw()))
+}
