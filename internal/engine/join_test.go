@@ -271,3 +271,23 @@ func diff(t *testing.T, got, want []string) {
 }
 
 func head(s []string) []string { return s[:min(len(s), 5)] }
+
+// TestJoinedStreamsMustBeCoPartitioned: a join of topics with other
+// partition counts would pair nothing of keys that land in other
+// partitions; it stops at start-up naming both topics and counts.
+func TestJoinedStreamsMustBeCoPartitioned(t *testing.T) {
+	k := testkit.NewKafka(t)
+	k.Topic("left", 3)
+	k.Topic("right", 2)
+	k.Topic("out", 3)
+	k.Topic("late", 3)
+	k.Topic("dlq", 3)
+	p := newPipeline(t, k, fmt.Sprintf(joined, 1000, 0, 1000, "inner"), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := p.Run(ctx)
+	want := "steps[0]: step j keeps state over streams that are not co-partitioned: a key must be in the same partition number of every topic they come from, and left has 3, right has 2 partitions"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Run: %v\nwant an error holding %q", err, want)
+	}
+}

@@ -236,7 +236,7 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 	}, {
 		name: "an unknown operator lists the known ones",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{mapp: x}]\nsinks: {out: {topic: out}}\n",
-		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, dedupe, filter, flat_map, key_by, map, parallel, route, split, union, window)`},
+		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, union, window)`},
 	}, {
 		name: "a sink reading an output that does not exist lists the outputs",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{name: s, split: {hot: \"true\"}}]\nsinks: {out: {from: s.cold, topic: out}}\n",
@@ -303,6 +303,17 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 		name: "session windows refuse reduce",
 		body: "sources: {in: {topics: [in]}}\nsteps:\n  - window:\n      session: {gap: 1m}\n      fields: {r: {reduce: \"state + 1\", init: \"0\"}}\nsinks: {out: {topic: out}}\n",
 		want: []string{"steps[0].window.fields.r", "reduce cannot be used in session windows"},
+	}, {
+		name: "an interval join reads two streams, lower before upper, of a known type",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - interval_join: {lower: 5m, upper: -1m, type: sideways, late: keep}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].interval_join (line 5): an interval join reads two streams, the left and the right, keyed alike: give them as from: [left, right] (found 1)",
+			"steps[0].interval_join.upper (line 5): upper (-1m0s) is before lower (5m0s)",
+			`steps[0].interval_join.type (line 5): must be inner (pairs only), left (and left records that found no pair) or outer`,
+			`steps[0].interval_join.late (line 5): must be drop`},
+	}, {
+		name: "an interval join needs its bounds",
+		body: "sources: {a: {topics: [a]}, b: {topics: [b]}}\nsteps:\n  - {from: [a, b], interval_join: {upper: 1m}}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].interval_join.lower: required: the earliest a right record may be after a left one"},
 	}, {
 		name: "a source's event time expression is compiled",
 		body: "sources: {in: {topics: [in], event_time: {from: \"value.ts +\"}}}\nsinks: {out: {topic: out}}\n",

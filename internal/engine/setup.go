@@ -125,6 +125,15 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 			keepForever(ctx, adm, n.repart.topic, log)
 		}
 	}
+	// A step with keyed state over several streams pairs records of one
+	// key only if every stream puts that key in the same partition number.
+	for _, n := range g.nodes {
+		if n.stateful() != nil && len(n.inputs) > 1 {
+			if err := coPartitioned(n, parts); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	// Changelogs: one partition per task of their step, compacted (only
 	// each key's last value matters to a restore).
 	for _, n := range g.nodes {
@@ -192,6 +201,24 @@ func stepTasks(n *node, parts map[string]int32) (int32, []string) {
 	}
 	sort.Strings(topics)
 	return max(tasks, 1), topics
+}
+
+// coPartitioned checks that the topics the streams of step n come from
+// have one partition count.
+func coPartitioned(n *node, parts map[string]int32) error {
+	_, topics := stepTasks(n, parts)
+	for _, t := range topics[1:] {
+		if parts[t] != parts[topics[0]] {
+			var have []string
+			for _, t := range topics {
+				have = append(have, fmt.Sprintf("%s has %d", t, parts[t]))
+			}
+			return fmt.Errorf("%s: step %s keeps state over streams that are not co-partitioned: a key must be in the same partition number of every topic they come from, and %s partitions. "+
+				"Key each stream with a key_by step (their repartition topics get the same partitions), or give the topics the same partitions and keys",
+				n.path, n.name, strings.Join(have, ", "))
+		}
+	}
+	return nil
 }
 
 // ensureChangelog creates the changelog of stateful step n, compacted, with
