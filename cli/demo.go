@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"cmp"
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -49,13 +52,18 @@ func newDemo(ctx context.Context, cfg *config.Config, seeds []string, log *slog.
 	d := &demoRun{cfg: cfg, log: log.With("component", "demo"), cl: cl, adm: kadm.NewClient(cl)}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := d.adm.CreateTopic(cctx, cfg.Demo.Partitions, cfg.Topics.ReplicationFactor, nil, cfg.Demo.Topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		cl.Close()
-		return nil, fmt.Errorf("demo.topic: creating %q: %w", cfg.Demo.Topic, err)
+	for _, t := range []struct{ path, topic string }{{"demo.topic", cfg.Demo.Topic}, {"demo.payments_topic", cfg.Demo.PaymentsTopic}} {
+		if t.topic == "" {
+			continue
+		}
+		resp, err := d.adm.CreateTopic(cctx, cfg.Demo.Partitions, cfg.Topics.ReplicationFactor, nil, t.topic)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			cl.Close()
+			return nil, fmt.Errorf("%s: creating %q: %w", t.path, t.topic, err)
+		}
 	}
 	return d, nil
 }
@@ -74,6 +82,35 @@ type click struct {
 	Page string `json:"page"`
 	TS   int64  `json:"ts"`
 	Seq  int    `json:"seq"`
+}
+
+type order struct {
+	Order    string  `json:"order"`
+	Customer string  `json:"customer"`
+	Amount   float64 `json:"amount"`
+	TS       int64   `json:"ts"`
+	Seq      int     `json:"seq"`
+}
+
+type payment struct {
+	Order  string  `json:"order"`
+	Amount float64 `json:"amount"`
+	TS     int64   `json:"ts"`
+}
+
+// payments holds the payments the orders feeder has still to write, in
+// event-time order.
+type payments []payment
+
+func (p payments) Len() int           { return len(p) }
+func (p payments) Less(i, j int) bool { return p[i].TS < p[j].TS }
+func (p payments) Swap(i, j int)      { p[i], p[j] = p[j], p[i] }
+func (p *payments) Push(x any)        { *p = append(*p, x.(payment)) }
+func (p *payments) Pop() any {
+	old := *p
+	x := old[len(old)-1]
+	*p = old[:len(old)-1]
+	return x
 }
 
 // demoEpoch is where the feeder's event time starts with demo.time_step.
@@ -113,7 +150,7 @@ func (e *eventTimes) next(i int) int64 {
 func (d *demoRun) feedAndWait(ctx context.Context, group string, topics []string) error {
 	dc := d.cfg.Demo
 	rng := rand.New(rand.NewPCG(uint64(dc.Seed), 0x5eed))
-	d.log.Info("feeding sensor readings", "topic", dc.Topic, "records", dc.Records, "rate_per_s", dc.Rate)
+	d.log.Info("feeding the demo records", "kind", cmp.Or(dc.Kind, "readings"), "topic", dc.Topic, "records", dc.Records, "rate_per_s", dc.Rate)
 
 	var failed error
 	promise := func(_ *kgo.Record, err error) {
@@ -127,6 +164,15 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string, topics []string
 	start := time.Now()
 	times := &eventTimes{dc: dc, rng: rand.New(rand.NewPCG(uint64(dc.Seed), 0x71e))}
 	pages := []string{"/", "/search", "/product", "/cart", "/checkout"}
+	var due payments // orders kind: payments not written yet
+	pay := func(upTo int64) {
+		for due.Len() > 0 && due[0].TS <= upTo {
+			p := heap.Pop(&due).(payment)
+			v, _ := json.Marshal(p)
+			d.cl.Produce(ctx, &kgo.Record{Topic: dc.PaymentsTopic, Key: []byte(p.Order), Value: v}, promise)
+			d.sent++
+		}
+	}
 	for i := 0; i < dc.Records; i++ {
 		if due := start.Add(time.Duration(float64(i) / float64(dc.Rate) * float64(time.Second))); time.Now().Before(due) {
 			select {
@@ -138,9 +184,22 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string, topics []string
 		sensor := fmt.Sprintf("sensor-%02d", rng.IntN(dc.Sensors))
 		var value []byte
 		switch {
+		case (i+1)%poisonEvery == 0 && dc.Kind == "orders":
+			sensor = fmt.Sprintf("order-%06d", i)
+			value = []byte(`{"order": "` + sensor + `", "customer": `) // cut short: not JSON
+			d.bad++
 		case (i+1)%poisonEvery == 0:
 			value = []byte(`{"sensor": "` + sensor + `", "temperature": `) // cut short: not JSON
 			d.bad++
+		case dc.Kind == "orders":
+			sensor = fmt.Sprintf("order-%06d", i)
+			o := order{Order: sensor, Customer: fmt.Sprintf("customer-%02d", rng.IntN(dc.Sensors)), Amount: float64(100+rng.IntN(10000)) / 100, TS: times.next(i), Seq: i}
+			value, _ = json.Marshal(o)
+			// Nine orders in ten are paid, 0 to 12 minutes later.
+			if rng.IntN(10) < 9 {
+				heap.Push(&due, payment{Order: o.Order, Amount: o.Amount, TS: o.TS + rng.Int64N((12 * time.Minute).Milliseconds())})
+			}
+			pay(o.TS)
 		case dc.Kind == "clicks":
 			sensor = fmt.Sprintf("user-%02d", rng.IntN(dc.Sensors))
 			value, _ = json.Marshal(click{User: sensor, Page: pages[rng.IntN(len(pages))], TS: times.next(i), Seq: i})
@@ -150,13 +209,14 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string, topics []string
 		d.cl.Produce(ctx, &kgo.Record{Topic: dc.Topic, Key: []byte(sensor), Value: value}, promise)
 		d.sent++
 	}
+	pay(math.MaxInt64)
 	if err := d.cl.Flush(ctx); err != nil {
 		return err
 	}
 	if failed != nil {
 		return fmt.Errorf("demo feeder: %w", failed)
 	}
-	d.log.Info("all readings written; waiting for the pipeline to commit them", "records", d.sent)
+	d.log.Info("all records written; waiting for the pipeline to commit them", "records", d.sent)
 	for {
 		done, err := d.consumed(ctx, group, topics)
 		if err == nil && done {
@@ -203,7 +263,7 @@ func (d *demoRun) consumed(ctx context.Context, group string, topics []string) (
 		if from >= o.Offset {
 			continue
 		}
-		if o.Topic == d.cfg.Demo.Topic {
+		if o.Topic == d.cfg.Demo.Topic || o.Topic == d.cfg.Demo.PaymentsTopic {
 			return false, nil
 		}
 		pending := 0

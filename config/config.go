@@ -253,8 +253,12 @@ type Demo struct {
 	Partitions int32  // partitions of the demo topic; default 3
 	Seed       int64  // random seed
 	// Kind is what the feeder writes: "readings" (the default: sensor
-	// readings keyed by sensor) or "clicks" (page views keyed by user).
+	// readings keyed by sensor), "clicks" (page views keyed by user) or
+	// "orders" (orders keyed by order id, and their payments, keyed
+	// alike, to PaymentsTopic).
 	Kind string
+	// PaymentsTopic is where the orders feeder writes payments.
+	PaymentsTopic string
 	// TimeStep is how far the event time (the records' ts) moves per
 	// record; 0: the wall clock. With it, a run of a few seconds spans
 	// hours of event time, for windows.

@@ -482,21 +482,28 @@ func (k *checker) demo() {
 	}
 	if d.Topic == "" {
 		k.errorf("demo.topic", "required when demo is present: the source topic the feeder writes")
-	} else if k.topic("demo.topic", d.Topic) {
-		read := false
-		for _, s := range k.c.Sources {
-			read = read || slices.Contains(s.Topics, d.Topic)
+	} else {
+		k.demoTopic("demo.topic", d.Topic)
+	}
+	switch {
+	case d.Kind == "orders" && d.PaymentsTopic == "":
+		k.errorf("demo.payments_topic", "required with demo.kind orders: the source topic the feeder writes payments to")
+	case d.Kind == "orders" && d.PaymentsTopic == d.Topic:
+		k.errorf("demo.payments_topic", "must not be demo.topic (%q): orders and payments go to topics of their own", d.Topic)
+	case d.Kind == "orders":
+		k.demoTopic("demo.payments_topic", d.PaymentsTopic)
+		if d.TimeStep <= 0 {
+			k.errorf("demo.time_step", "required with demo.kind orders: payments come up to 12 minutes of event time after their orders, which the feeder writes ahead of the wall clock only on a time of its own")
 		}
-		if !read && len(k.c.Sources) > 0 {
-			k.errorf("demo.topic", "topic %q is not read by any source: the feeder writes the pipeline's input", d.Topic)
-		}
+	case d.PaymentsTopic != "":
+		k.errorf("demo.payments_topic", "only with demo.kind orders: the other kinds write one topic")
 	}
 	positive(k, "demo.rate", d.Rate)
 	positive(k, "demo.records", d.Records)
 	positive(k, "demo.sensors", d.Sensors)
 	positive(k, "demo.partitions", d.Partitions)
 	if d.Kind != "" {
-		k.oneOf("demo.kind", d.Kind, []string{"readings", "clicks"})
+		k.oneOf("demo.kind", d.Kind, []string{"readings", "clicks", "orders"})
 	}
 	for _, p := range []struct {
 		path string
@@ -508,6 +515,21 @@ func (k *checker) demo() {
 	}
 	if d.OutOfOrder > 0 && d.Disorder <= 0 {
 		k.errorf("demo.disorder", "required with demo.out_of_order: how far behind out-of-order records are stamped, such as 5s")
+	}
+}
+
+// demoTopic checks a topic the feeder writes: a valid name that a source
+// reads.
+func (k *checker) demoTopic(path, t string) {
+	if !k.topic(path, t) {
+		return
+	}
+	read := false
+	for _, s := range k.c.Sources {
+		read = read || slices.Contains(s.Topics, t)
+	}
+	if !read && len(k.c.Sources) > 0 {
+		k.errorf(path, "topic %q is not read by any source: the feeder writes the pipeline's input", t)
 	}
 }
 

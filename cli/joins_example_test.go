@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// TestPaymentsExample runs examples/payments.yaml and checks it against an
+// oracle computed from the orders and payments the feeder wrote: each order
+// with a payment 0 to 10 minutes after it is in paid-orders once, with
+// both; each order without one is in payment-missing once if the final
+// watermark of its partition (the earliest of the two topics' latest event
+// times there, minus 5 s) passed it by ten minutes, else nowhere yet.
+func TestPaymentsExample(t *testing.T) {
+	read := runExample(t, "payments.yaml", map[string]string{"records: 20000": "records: 12000"})
+	type order struct {
+		Order    string  `json:"order"`
+		Customer string  `json:"customer"`
+		Amount   float64 `json:"amount"`
+		TS       int64   `json:"ts"`
+	}
+	type payment struct {
+		Order  string  `json:"order"`
+		Amount float64 `json:"amount"`
+		TS     int64   `json:"ts"`
+	}
+	const upper, bound = 600_000, 5_000
+	orders := map[string]order{}
+	part := map[string]int32{}
+	latestO, latestP := map[int32]int64{}, map[int32]int64{}
+	for _, r := range read("orders") {
+		var o order
+		if json.Unmarshal(r.Value, &o) != nil || o.Order == "" {
+			continue // the feeder's broken records
+		}
+		orders[o.Order], part[o.Order] = o, r.Partition
+		latestO[r.Partition] = max(latestO[r.Partition], o.TS)
+	}
+	paidBy := map[string]payment{}
+	for _, r := range read("payments") {
+		var p payment
+		if err := json.Unmarshal(r.Value, &p); err != nil {
+			t.Fatal(err)
+		}
+		latestP[r.Partition] = max(latestP[r.Partition], p.TS)
+		if o, ok := orders[p.Order]; ok && p.TS >= o.TS && p.TS <= o.TS+upper {
+			if part[p.Order] != r.Partition {
+				t.Fatalf("payment of %s in partition %d, its order in %d: not co-partitioned", p.Order, r.Partition, part[p.Order])
+			}
+			paidBy[p.Order] = p
+		}
+	}
+	wantMissing := map[string]bool{}
+	for id, o := range orders {
+		p := part[id]
+		if _, paid := paidBy[id]; !paid && o.TS+upper < min(latestO[p], latestP[p])-bound {
+			wantMissing[id] = true
+		}
+	}
+
+	type result struct {
+		Key   string   `json:"key"`
+		Left  *order   `json:"left"`
+		Right *payment `json:"right"`
+	}
+	gotPaid := map[string]bool{}
+	for _, r := range read("paid-orders") {
+		var res result
+		if err := json.Unmarshal(r.Value, &res); err != nil {
+			t.Fatal(err)
+		}
+		want, ok := paidBy[res.Key]
+		switch {
+		case !ok:
+			t.Fatalf("paid-orders has %s, which no payment within 10 minutes pairs", r.Value)
+		case gotPaid[res.Key]:
+			t.Fatalf("paid-orders has %s twice", res.Key)
+		case res.Left == nil || res.Right == nil || *res.Left != orders[res.Key] || *res.Right != want || string(r.Key) != res.Key:
+			t.Fatalf("paid-orders has %s under key %s; want order %+v and payment %+v", r.Value, r.Key, orders[res.Key], want)
+		case r.Timestamp.UnixMilli() != max(want.TS, orders[res.Key].TS):
+			t.Fatalf("%s stamped %d, want the later of the two, %d", res.Key, r.Timestamp.UnixMilli(), want.TS)
+		}
+		gotPaid[res.Key] = true
+	}
+	if len(gotPaid) != len(paidBy) {
+		t.Fatalf("%d orders in paid-orders, the oracle pairs %d", len(gotPaid), len(paidBy))
+	}
+	type alert struct {
+		Order     string  `json:"order"`
+		Customer  string  `json:"customer"`
+		Amount    float64 `json:"amount"`
+		OrderedAt int64   `json:"ordered_at"`
+	}
+	gotMissing := map[string]bool{}
+	for _, r := range read("payment-missing") {
+		var a alert
+		if err := json.Unmarshal(r.Value, &a); err != nil {
+			t.Fatal(err)
+		}
+		o := orders[a.Order]
+		if !wantMissing[a.Order] || gotMissing[a.Order] || a != (alert{o.Order, o.Customer, o.Amount, o.TS}) {
+			t.Fatalf("payment-missing has %s (expected: %v, seen before: %v)", r.Value, wantMissing[a.Order], gotMissing[a.Order])
+		}
+		gotMissing[a.Order] = true
+	}
+	if len(gotMissing) != len(wantMissing) {
+		t.Fatalf("%d alerts, the oracle has %d", len(gotMissing), len(wantMissing))
+	}
+	if len(paidBy) < 1000 || len(wantMissing) < 100 {
+		t.Fatalf("%d pairs and %d alerts: the example shows too little", len(paidBy), len(wantMissing))
+	}
+	t.Logf("%d orders: %d paid within 10 minutes, %d alerts, %d still open", len(orders), len(paidBy), len(wantMissing), len(orders)-len(paidBy)-len(wantMissing))
+}
