@@ -236,7 +236,7 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 	}, {
 		name: "an unknown operator lists the known ones",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{mapp: x}]\nsinks: {out: {topic: out}}\n",
-		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, union, window)`},
+		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, table_join, union, window)`},
 	}, {
 		name: "a sink reading an output that does not exist lists the outputs",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{name: s, split: {hot: \"true\"}}]\nsinks: {out: {from: s.cold, topic: out}}\n",
@@ -314,6 +314,12 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 		name: "an interval join needs its bounds",
 		body: "sources: {a: {topics: [a]}, b: {topics: [b]}}\nsteps:\n  - {from: [a, b], interval_join: {upper: 1m}}\nsinks: {out: {topic: out}}\n",
 		want: []string{"steps[0].interval_join.lower: required: the earliest a right record may be after a left one"},
+	}, {
+		name: "a table join reads a stream and a table, of a known type",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - table_join: {type: outer, late: keep}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].table_join (line 5): a table join reads two streams, the stream and the table's changelog, keyed alike: give them as from: [stream, table] (found 1)",
+			`steps[0].table_join.type (line 5): must be inner (records whose key has a row) or left`,
+			`steps[0].table_join.late (line 5): must be drop`},
 	}, {
 		name: "a source's event time expression is compiled",
 		body: "sources: {in: {topics: [in], event_time: {from: \"value.ts +\"}}}\nsinks: {out: {topic: out}}\n",

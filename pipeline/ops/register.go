@@ -1,5 +1,5 @@
 // Package ops holds the built-in operators: filter, map, flat_map, split,
-// route, union, aggregate, dedupe, window and interval_join. They are written against the public
+// route, union, aggregate, dedupe, window, interval_join and table_join. They are written against the public
 // operator API (package pipeline) alone and registered through its
 // Registry, as a user's own operators are.
 package ops
@@ -32,6 +32,7 @@ func Register(reg *pipeline.Registry) error {
 		{"dedupe", newDedupe},
 		{"window", newWindow},
 		{"interval_join", newIntervalJoin},
+		{"table_join", newTableJoin},
 	} {
 		if err := reg.Register(k.kind, onlyExpressions(k.f)); err != nil {
 			return err
