@@ -16,11 +16,12 @@ import (
 // the row of its key from its time on, a tombstone deleting it). A stream
 // record at time t joins the row its key had at t:
 //
-//   - name: enriched
-//     from: [orders, customers]   # stream, table: keyed alike
-//     table_join:
-//     type: left                # inner (default): only records with a row
-//     late: output              # records behind the watermark go to enriched.late
+//	steps:
+//	  - name: enriched
+//	    from: [orders, customers]   # stream, table: keyed alike
+//	    table_join:
+//	      type: left                # inner (default): only records with a row
+//	      late: output              # records behind the watermark go to enriched.late
 //
 // A stream record waits until the watermark has passed its time, so that
 // every table change up to then has come, and is then emitted, stamped with
