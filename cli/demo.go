@@ -52,7 +52,7 @@ func newDemo(ctx context.Context, cfg *config.Config, seeds []string, log *slog.
 	d := &demoRun{cfg: cfg, log: log.With("component", "demo"), cl: cl, adm: kadm.NewClient(cl)}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for _, t := range []struct{ path, topic string }{{"demo.topic", cfg.Demo.Topic}, {"demo.payments_topic", cfg.Demo.PaymentsTopic}} {
+	for _, t := range []struct{ path, topic string }{{"demo.topic", cfg.Demo.Topic}, {"demo.payments_topic", cfg.Demo.PaymentsTopic}, {"demo.customers_topic", cfg.Demo.CustomersTopic}} {
 		if t.topic == "" {
 			continue
 		}
@@ -90,6 +90,12 @@ type order struct {
 	Amount   float64 `json:"amount"`
 	TS       int64   `json:"ts"`
 	Seq      int     `json:"seq"`
+}
+
+type customer struct {
+	Customer string `json:"customer"`
+	Name     string `json:"name"`
+	Tier     string `json:"tier"`
 }
 
 type payment struct {
@@ -165,6 +171,21 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string, topics []string
 	times := &eventTimes{dc: dc, rng: rand.New(rand.NewPCG(uint64(dc.Seed), 0x71e))}
 	pages := []string{"/", "/search", "/product", "/cart", "/checkout"}
 	var due payments // orders kind: payments not written yet
+	tiers := []string{"bronze", "silver", "gold"}
+	row := func(id int, ts int64, tombstone bool) {
+		c := fmt.Sprintf("customer-%02d", id)
+		r := &kgo.Record{Topic: dc.CustomersTopic, Key: []byte(c), Timestamp: time.UnixMilli(ts)}
+		if !tombstone {
+			r.Value, _ = json.Marshal(customer{Customer: c, Name: fmt.Sprintf("Customer %d", id), Tier: tiers[rng.IntN(len(tiers))]})
+		}
+		d.cl.Produce(ctx, r, promise)
+		d.sent++
+	}
+	if dc.Kind == "orders" && dc.CustomersTopic != "" {
+		for id := range dc.Sensors {
+			row(id, demoEpoch-time.Minute.Milliseconds(), false)
+		}
+	}
 	pay := func(upTo int64) {
 		for due.Len() > 0 && due[0].TS <= upTo {
 			p := heap.Pop(&due).(payment)
@@ -196,10 +217,13 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string, topics []string
 			o := order{Order: sensor, Customer: fmt.Sprintf("customer-%02d", rng.IntN(dc.Sensors)), Amount: float64(100+rng.IntN(10000)) / 100, TS: times.next(i), Seq: i}
 			value, _ = json.Marshal(o)
 			// Nine orders in ten are paid, 0 to 12 minutes later.
-			if rng.IntN(10) < 9 {
+			if dc.PaymentsTopic != "" && rng.IntN(10) < 9 {
 				heap.Push(&due, payment{Order: o.Order, Amount: o.Amount, TS: o.TS + rng.Int64N((12 * time.Minute).Milliseconds())})
 			}
 			pay(o.TS)
+			if dc.CustomersTopic != "" && i%10 == 9 {
+				row(rng.IntN(dc.Sensors), o.TS, rng.IntN(20) == 0)
+			}
 		case dc.Kind == "clicks":
 			sensor = fmt.Sprintf("user-%02d", rng.IntN(dc.Sensors))
 			value, _ = json.Marshal(click{User: sensor, Page: pages[rng.IntN(len(pages))], TS: times.next(i), Seq: i})
@@ -263,7 +287,7 @@ func (d *demoRun) consumed(ctx context.Context, group string, topics []string) (
 		if from >= o.Offset {
 			continue
 		}
-		if o.Topic == d.cfg.Demo.Topic || o.Topic == d.cfg.Demo.PaymentsTopic {
+		if o.Topic == d.cfg.Demo.Topic || o.Topic == d.cfg.Demo.PaymentsTopic || o.Topic == d.cfg.Demo.CustomersTopic {
 			return false, nil
 		}
 		pending := 0

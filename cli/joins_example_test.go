@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"testing"
 )
@@ -110,4 +111,82 @@ func TestPaymentsExample(t *testing.T) {
 		t.Fatalf("%d pairs and %d alerts: the example shows too little", len(paidBy), len(wantMissing))
 	}
 	t.Logf("%d orders: %d paid within 10 minutes, %d alerts, %d still open", len(orders), len(paidBy), len(wantMissing), len(orders)-len(paidBy)-len(wantMissing))
+}
+
+// TestEnrichExample runs examples/enrich.yaml and checks every enriched
+// order against an oracle computed from the orders and the customers table
+// the feeder wrote: the tier of its customer's row in force at the order's
+// time (the last change stamped at or before it, in the order written), or
+// "deleted" after a tombstone; each order at most once, and all but those
+// the watermark had not passed when the feed stopped.
+func TestEnrichExample(t *testing.T) {
+	read := runExample(t, "enrich.yaml", map[string]string{"records: 20000": "records: 12000"})
+	type order struct {
+		Order    string  `json:"order"`
+		Customer string  `json:"customer"`
+		Amount   float64 `json:"amount"`
+		TS       int64   `json:"ts"`
+	}
+	orders := map[string]order{}
+	for _, r := range read("orders") {
+		var o order
+		if json.Unmarshal(r.Value, &o) == nil && o.Order != "" {
+			orders[o.Order] = o
+		}
+	}
+	type version struct {
+		ts   int64
+		tier string // "" for a tombstone
+	}
+	history := map[string][]version{} // per customer, in the order written
+	for _, r := range read("customers") {
+		v := version{ts: r.Timestamp.UnixMilli()}
+		if r.Value != nil {
+			var c struct{ Tier string }
+			if err := json.Unmarshal(r.Value, &c); err != nil {
+				t.Fatal(err)
+			}
+			v.tier = c.Tier
+		}
+		history[string(r.Key)] = append(history[string(r.Key)], v)
+	}
+	tierAt := func(customer string, ts int64) string {
+		tier, at, found := "deleted", int64(0), false
+		for _, v := range history[customer] {
+			if v.ts <= ts && (!found || v.ts >= at) {
+				at, found, tier = v.ts, true, cmp.Or(v.tier, "deleted")
+			}
+		}
+		return tier
+	}
+	type result struct {
+		Order    string  `json:"order"`
+		Customer string  `json:"customer"`
+		Amount   float64 `json:"amount"`
+		TS       int64   `json:"ts"`
+		Tier     string  `json:"tier"`
+	}
+	seen := map[string]bool{}
+	tiers := map[string]int{}
+	for _, r := range read("enriched-orders") {
+		var res result
+		if err := json.Unmarshal(r.Value, &res); err != nil {
+			t.Fatal(err)
+		}
+		o, ok := orders[res.Order]
+		switch {
+		case !ok || seen[res.Order]:
+			t.Fatalf("enriched-orders has %s (an order written: %v; seen before: %v)", r.Value, ok, seen[res.Order])
+		case res.Customer != o.Customer || res.Amount != o.Amount || res.TS != o.TS || string(r.Key) != o.Customer:
+			t.Fatalf("enriched-orders has %s under key %s for order %+v", r.Value, r.Key, o)
+		case res.Tier != tierAt(o.Customer, o.TS):
+			t.Fatalf("%s: tier %q, but the row of %s at %d says %q", res.Order, res.Tier, o.Customer, o.TS, tierAt(o.Customer, o.TS))
+		}
+		seen[res.Order] = true
+		tiers[res.Tier]++
+	}
+	if len(seen) < len(orders)*95/100 || tiers["deleted"] == 0 || len(tiers) < 3 {
+		t.Fatalf("%d of %d orders enriched, tiers %v: the example shows too little", len(seen), len(orders), tiers)
+	}
+	t.Logf("%d of %d orders enriched, each with its customer's row at its time: %v", len(seen), len(orders), tiers)
 }

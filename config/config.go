@@ -257,8 +257,11 @@ type Demo struct {
 	// "orders" (orders keyed by order id, and their payments, keyed
 	// alike, to PaymentsTopic).
 	Kind string
-	// PaymentsTopic is where the orders feeder writes payments.
-	PaymentsTopic string
+	// PaymentsTopic is where the orders feeder writes payments, and
+	// CustomersTopic the customers table (rows keyed by customer id,
+	// stamped with their event time; tombstones delete). Either or both
+	// may be empty.
+	PaymentsTopic, CustomersTopic string
 	// TimeStep is how far the event time (the records' ts) moves per
 	// record; 0: the wall clock. With it, a run of a few seconds spans
 	// hours of event time, for windows.

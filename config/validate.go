@@ -485,18 +485,22 @@ func (k *checker) demo() {
 	} else {
 		k.demoTopic("demo.topic", d.Topic)
 	}
-	switch {
-	case d.Kind == "orders" && d.PaymentsTopic == "":
-		k.errorf("demo.payments_topic", "required with demo.kind orders: the source topic the feeder writes payments to")
-	case d.Kind == "orders" && d.PaymentsTopic == d.Topic:
-		k.errorf("demo.payments_topic", "must not be demo.topic (%q): orders and payments go to topics of their own", d.Topic)
-	case d.Kind == "orders":
-		k.demoTopic("demo.payments_topic", d.PaymentsTopic)
-		if d.TimeStep <= 0 {
-			k.errorf("demo.time_step", "required with demo.kind orders: payments come up to 12 minutes of event time after their orders, which the feeder writes ahead of the wall clock only on a time of its own")
+	for _, t := range []struct{ path, topic string }{{"demo.payments_topic", d.PaymentsTopic}, {"demo.customers_topic", d.CustomersTopic}} {
+		switch {
+		case t.topic == "":
+		case d.Kind != "orders":
+			k.errorf(t.path, "only with demo.kind orders: the other kinds write one topic")
+		case t.topic == d.Topic:
+			k.errorf(t.path, "must not be demo.topic (%q): orders go to a topic of their own", d.Topic)
+		default:
+			k.demoTopic(t.path, t.topic)
 		}
-	case d.PaymentsTopic != "":
-		k.errorf("demo.payments_topic", "only with demo.kind orders: the other kinds write one topic")
+	}
+	if d.PaymentsTopic != "" && d.PaymentsTopic == d.CustomersTopic {
+		k.errorf("demo.customers_topic", "must not be demo.payments_topic (%q)", d.PaymentsTopic)
+	}
+	if d.Kind == "orders" && d.TimeStep <= 0 {
+		k.errorf("demo.time_step", "required with demo.kind orders: payments and customer changes are stamped on the orders' event time, which the feeder moves on a time of its own")
 	}
 	positive(k, "demo.rate", d.Rate)
 	positive(k, "demo.records", d.Records)
