@@ -90,6 +90,21 @@ func arms(names []string, reg *pipeline.Registry) ([]*Arm, []string) {
 			} else {
 				skipped = append(skipped, "keyed-count: skipped: the pipeline has no aggregate operator yet (operators: "+strings.Join(reg.Kinds(), ", ")+")")
 			}
+		case "interval-join":
+			if slices.Contains(reg.Kinds(), "interval_join") {
+				out = append(out, &Arm{Name: n, PerInterval: true, Valid: pairsItself, run: runPipeline(intervalJoinSteps)})
+			} else {
+				skipped = append(skipped, "interval-join: skipped: the pipeline has no interval_join operator (operators: "+strings.Join(reg.Kinds(), ", ")+")")
+			}
+		case "table-join":
+			if slices.Contains(reg.Kinds(), "table_join") {
+				g := &tableGate{}
+				out = append(out, &Arm{Name: n, PerInterval: true, Gate: g.check, Outputs: g.outputs, EndAtLastInput: true,
+					NoLatency: "a record waits for the watermark to pass its time, which the input's last records never see",
+					run:       runPipeline(tableJoinSteps)})
+			} else {
+				skipped = append(skipped, "table-join: skipped: the pipeline has no table_join operator (operators: "+strings.Join(reg.Kinds(), ", ")+")")
+			}
 		case "windowed-count":
 			if slices.Contains(reg.Kinds(), "window") {
 				g := &windowGate{size: windowMs}

@@ -41,10 +41,10 @@ type Options struct {
 	LogLevel        slog.Level      // of the pipeline's and the broker's logs, to stderr
 }
 
-// ArmNames lists the arms in the order they are reported. keyed-count runs
-// only when the pipeline has an aggregate operator, windowed-count only
-// when it has a window operator (and has no latency runs).
-var ArmNames = []string{"copy", "copy-rc", "peer", "pass", "filter-map", "keyed-count", "windowed-count"}
+// ArmNames lists the arms in the order they are reported. keyed-count,
+// windowed-count, interval-join and table-join run only when the pipeline
+// has their operator; windowed-count and table-join have no latency runs.
+var ArmNames = []string{"copy", "copy-rc", "peer", "pass", "filter-map", "keyed-count", "windowed-count", "interval-join", "table-join"}
 
 // ParseFlags parses the command line. It returns an error wrapping
 // ErrUsage (or flag.ErrHelp) on bad usage; messages and help go to w.

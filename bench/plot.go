@@ -36,6 +36,8 @@ var (
 		"filter-map":     {0, 158, 115, 255},
 		"keyed-count":    {204, 121, 167, 255},
 		"windowed-count": {213, 94, 0, 255},
+		"interval-join":  {0, 158, 115, 255},
+		"table-join":     {86, 180, 233, 255},
 	}
 )
 
