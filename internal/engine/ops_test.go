@@ -236,7 +236,7 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 	}, {
 		name: "an unknown operator lists the known ones",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{mapp: x}]\nsinks: {out: {topic: out}}\n",
-		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, table_join, union, window)`},
+		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, table_join, union, window, window_join)`},
 	}, {
 		name: "a sink reading an output that does not exist lists the outputs",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{name: s, split: {hot: \"true\"}}]\nsinks: {out: {from: s.cold, topic: out}}\n",
@@ -320,6 +320,12 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 		want: []string{"steps[0].table_join (line 5): a table join reads two streams, the stream and the table's changelog, keyed alike: give them as from: [stream, table] (found 1)",
 			`steps[0].table_join.type (line 5): must be inner (records whose key has a row) or left`,
 			`steps[0].table_join.late (line 5): must be drop`},
+	}, {
+		name: "a window join takes tumbling or sliding windows and two streams",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - window_join: {session: {gap: 1m}, type: full}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].window_join (line 5): a window join reads two streams",
+			"steps[0].window_join.session (line 5): a window join takes tumbling or sliding windows; session windows are not supported yet",
+			`steps[0].window_join.type (line 5): must be inner`},
 	}, {
 		name: "a source's event time expression is compiled",
 		body: "sources: {in: {topics: [in], event_time: {from: \"value.ts +\"}}}\nsinks: {out: {topic: out}}\n",

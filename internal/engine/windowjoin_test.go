@@ -1,0 +1,208 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pipeline-run/pipeline/internal/codec"
+	"github.com/pipeline-run/pipeline/internal/testkit"
+)
+
+// windowJoinOracle returns the results of a window join of windows of size
+// and slide: per key and window, every left × right pair, and with type
+// left (outer) the left (any) records of a window with no record of the
+// other side alone. Results are "key [start) Lv Rv".
+func windowJoinOracle(left, right [][]event, size, slide int64, kind string) []string {
+	type wk struct {
+		key   string
+		start int64
+	}
+	ls, rs := map[wk][]event{}, map[wk][]event{}
+	add := func(m map[wk][]event, parts [][]event) {
+		for _, evs := range parts {
+			for _, e := range evs {
+				if e.key == "flush" {
+					continue
+				}
+				first := e.ts - ((e.ts%slide)+slide)%slide
+				for start := first; start > e.ts-size; start -= slide {
+					m[wk{e.key, start}] = append(m[wk{e.key, start}], e)
+				}
+			}
+		}
+	}
+	add(ls, left)
+	add(rs, right)
+	var out []string
+	for w, l := range ls {
+		for _, a := range l {
+			for _, b := range rs[w] {
+				out = append(out, fmt.Sprintf("%s [%d) L%d R%d", w.key, w.start-t0, a.v, b.v))
+			}
+			if len(rs[w]) == 0 && kind != "inner" {
+				out = append(out, fmt.Sprintf("%s [%d) L%d -", w.key, w.start-t0, a.v))
+			}
+		}
+	}
+	if kind == "outer" {
+		for w, r := range rs {
+			if len(ls[w]) > 0 {
+				continue
+			}
+			for _, b := range r {
+				out = append(out, fmt.Sprintf("%s [%d) - R%d", w.key, w.start-t0, b.v))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func windowJoinResults(t *testing.T, k *testkit.Kafka, size int64) []string {
+	t.Helper()
+	var out []string
+	for _, r := range k.ReadAll("out") {
+		x, err := codec.DecodeJSON(r.Value)
+		if err != nil {
+			t.Fatalf("result %s: %v", r.Value, err)
+		}
+		m := x.(map[string]any)
+		key, _ := m["key"].(string)
+		if key != string(r.Key) {
+			t.Fatalf("result %s has record key %q", r.Value, r.Key)
+		}
+		if key == "flush" {
+			continue
+		}
+		start, end := int64(m["window_start"].(int)), int64(m["window_end"].(int))
+		if end != start+size || r.Timestamp.UnixMilli() != end-1 {
+			t.Fatalf("result %s stamped %d", r.Value, r.Timestamp.UnixMilli())
+		}
+		side := func(name, tag string) string {
+			s, ok := m[name].(map[string]any)
+			if !ok {
+				return "-"
+			}
+			if s["k"] != key {
+				t.Fatalf("result %s: its %s record has key %v", r.Value, name, s["k"])
+			}
+			return fmt.Sprintf("%s%d", tag, s["v"])
+		}
+		out = append(out, fmt.Sprintf("%s [%d) %s %s", key, start-t0, side("left", "L"), side("right", "R")))
+	}
+	slices.Sort(out)
+	return out
+}
+
+const windowJoined = `
+instance_id: i1
+checkpoint: {interval: 50ms, timeout: 10s, max_records: 100}
+transactions: {timeout: 20s}
+consumer: {session_timeout: 6s}
+sources:
+  orders: {topics: [left], event_time: {from: value.ts, max_out_of_orderness: %[1]dms}}
+  payments: {topics: [right], event_time: {from: value.ts, max_out_of_orderness: %[1]dms}}
+steps:
+  - name: j
+    from: [orders, payments]
+    window_join: {%[2]s, type: %[3]s, late: output}
+sinks:
+  out: {topic: out, from: j}
+  late: {topic: late, from: j.late}
+dead_letter: {topic: dlq}
+`
+
+// TestWindowJoinsMatchTheOracle runs tumbling and sliding window joins,
+// inner, left and outer, over two out-of-order inputs on three partitions,
+// aborting every third checkpoint and restarting half-way; then feeds
+// records whose windows have closed. Every result is the oracle's, exactly
+// once; the late records go to the late output.
+func TestWindowJoinsMatchTheOracle(t *testing.T) {
+	for _, tc := range []struct {
+		spec        string
+		size, slide int64
+		kind        string
+		pebble      bool
+	}{
+		{"tumbling: 2s", 2000, 2000, "inner", false},
+		{"tumbling: 2s", 2000, 2000, "outer", false},
+		{"sliding: {size: 3s, slide: 1s}", 3000, 1000, "left", false},
+		{"sliding: {size: 3s, slide: 1s}", 3000, 1000, "outer", true},
+	} {
+		name := fmt.Sprintf("%s %s", strings.Fields(tc.spec)[0], tc.kind)
+		if tc.pebble {
+			name += " on pebble"
+		}
+		t.Run(name, func(t *testing.T) {
+			const bound = 1500
+			rng := rand.New(rand.NewPCG(17, uint64(len(name))))
+			left := withFlush(genJoinEvents(rng, 3, 300, 10, bound, 0), 100_000)
+			right := withFlush(genJoinEvents(rng, 3, 100, 10, bound, 10_000), 100_000)
+			want := windowJoinOracle(left, right, tc.size, tc.slide, tc.kind)
+			alone := 0
+			for _, w := range want {
+				if strings.HasSuffix(w, " -") || strings.Contains(w, ") - ") {
+					alone++
+				}
+			}
+			if len(want)-alone < 200 || (tc.kind != "inner" && alone < 10) {
+				t.Fatalf("the input makes %d pairs and %d unmatched results: it tests too little", len(want)-alone, alone)
+			}
+			k := testkit.NewKafka(t)
+			for _, topic := range []string{"left", "right", "out", "late", "dlq"} {
+				k.Topic(topic, 3)
+			}
+			body := fmt.Sprintf(windowJoined, bound, tc.spec, tc.kind)
+			if tc.pebble {
+				body += fmt.Sprintf("state: {backend: pebble, dir: %q}\n", t.TempDir())
+			}
+			half := func(parts [][]event, second bool) [][]event {
+				out := make([][]event, len(parts))
+				for p := range parts {
+					if second {
+						out[p] = parts[p][len(parts[p])/2:]
+					} else {
+						out[p] = parts[p][:len(parts[p])/2]
+					}
+				}
+				return out
+			}
+			produceEvents(t, k, "left", half(left, false))
+			produceEvents(t, k, "right", half(right, false))
+			every := testkit.NewEveryNth(3)
+			runJoin(t, k, body, WithBeforeCommit(func(cp Checkpoint) error {
+				if cp.Records > 0 && every.Hit() {
+					return errors.New("injected")
+				}
+				return nil
+			}))
+			if every.Fired() == 0 {
+				t.Fatal("no checkpoint was aborted")
+			}
+			produceEvents(t, k, "left", half(left, true))
+			produceEvents(t, k, "right", half(right, true))
+			runJoin(t, k, body)
+			if got := windowJoinResults(t, k, tc.size); !slices.Equal(got, want) {
+				diff(t, got, want)
+			}
+			var late [][]event
+			for p := range 3 {
+				late = append(late, []event{{part: int32(p), key: fmt.Sprintf("p%dk0", p), ts: t0 + 1000, v: 90_000 + p}})
+			}
+			produceEvents(t, k, "left", late)
+			produceEvents(t, k, "right", late)
+			runJoin(t, k, body)
+			if got := windowJoinResults(t, k, tc.size); !slices.Equal(got, want) {
+				diff(t, got, want)
+			}
+			if n := len(k.ReadAll("late")); n != 6 {
+				t.Fatalf("%d records in the late output, want the 6 late ones", n)
+			}
+			t.Logf("%s: %d pairs, %d unmatched results, %d aborted checkpoints, 6 late records", name, len(want)-alone, alone, every.Fired())
+		})
+	}
+}

@@ -1,0 +1,265 @@
+package ops
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/state"
+)
+
+// windowJoin joins two keyed streams per event-time window, as Flink's
+// window join does: the records of the first input (left) and the second
+// (right) with the same key in the same window are paired when the window
+// closes.
+//
+//	steps:
+//	  - name: shown
+//	    from: [impressions, clicks]   # left, right: keyed alike
+//	    window_join:
+//	      tumbling: 1h                # or sliding: {size: 1h, slide: 10m}
+//	      type: left                  # inner (default), left or outer
+//	      late: output                # records of closed windows go to shown.late
+//
+// When the watermark reaches a window's end, every pair of its left and
+// right records is emitted, stamped end-1ms, as
+//
+//	{"key": "u7", "window_start": …, "window_end": …, "left": {…}, "right": {…}}
+//
+// then, with type left (outer), each left (any) record of the window that
+// found no pair, the other side null. The window's records are then
+// dropped. A record whose every window has closed is late.
+type windowJoin struct {
+	win     window // kind, size, slide
+	kind    string
+	lateOut bool
+	fp      string
+}
+
+type windowJoinSpec struct {
+	Tumbling time.Duration `yaml:"tumbling"`
+	Sliding  *slidingSpec  `yaml:"sliding"`
+	Session  *sessionSpec  `yaml:"session"`
+	Type     string        `yaml:"type"`
+	Late     string        `yaml:"late"`
+}
+
+func newWindowJoin(s *pipeline.Spec) (pipeline.Definition, error) {
+	var ws windowJoinSpec
+	if !s.Decode(&ws) {
+		return nil, nil
+	}
+	j := &windowJoin{kind: "inner"}
+	if s.Inputs != 2 {
+		s.Errorf("", "a window join reads two streams, the left and the right, keyed alike: give them as from: [left, right] (found %d)", s.Inputs)
+	}
+	kinds := 0
+	if ws.Tumbling != 0 {
+		kinds++
+		j.win.kind, j.win.size, j.win.slide = "tumbling", ws.Tumbling.Milliseconds(), ws.Tumbling.Milliseconds()
+		if j.win.size < 1 {
+			s.Errorf(".tumbling", "the window size must be at least 1ms, found %s", ws.Tumbling)
+		}
+	}
+	if ws.Sliding != nil {
+		kinds++
+		j.win.kind, j.win.size, j.win.slide = "sliding", ws.Sliding.Size.Milliseconds(), ws.Sliding.Slide.Milliseconds()
+		switch {
+		case j.win.size < 1:
+			s.Errorf(".sliding.size", "required: the window size, at least 1ms, such as 10m")
+		case j.win.slide < 1:
+			s.Errorf(".sliding.slide", "required: how far each window starts after the one before, at least 1ms, such as 1m")
+		case j.win.slide > j.win.size:
+			s.Errorf(".sliding.slide", "the slide (%s) is larger than the size (%s): records between windows would belong to none", ws.Sliding.Slide, ws.Sliding.Size)
+		}
+	}
+	if ws.Session != nil {
+		kinds++
+		s.Errorf(".session", "a window join takes tumbling or sliding windows; session windows are not supported yet")
+	}
+	if kinds != 1 {
+		s.Errorf("", "give exactly one window kind: tumbling: 1h or sliding: {size: 1h, slide: 10m}")
+	}
+	switch ws.Type {
+	case "", "inner":
+	case "left", "outer":
+		j.kind = ws.Type
+	default:
+		s.Errorf(".type", "must be inner (pairs only), left (and left records that found no pair) or outer (and records of either side that found none), found %q", ws.Type)
+	}
+	switch ws.Late {
+	case "", "drop":
+	case "output":
+		j.lateOut = true
+	default:
+		s.Errorf(".late", "must be drop (the default: count and log late records) or output (send them to %s.late), found %q", s.Name, ws.Late)
+	}
+	j.fp = fmt.Sprintf("window_join:v1:%s:%d:%d:%s", j.win.kind, j.win.size, j.win.slide, j.kind)
+	return j, nil
+}
+
+func (j *windowJoin) Outputs() []string {
+	if j.lateOut {
+		return []string{"late"}
+	}
+	return nil
+}
+
+func (j *windowJoin) Fingerprint() string { return j.fp }
+func (j *windowJoin) UsesEventTime() bool { return true }
+
+// MergesInputs: a pair stands for two inputs.
+func (j *windowJoin) MergesInputs() (sub, what, instead string) {
+	return "", "a join writes one record for two inputs", "leave audit.source_positions off for this pipeline"
+}
+
+func (j *windowJoin) NewOperator(pipeline.TaskID) (pipeline.Operator, error) {
+	return nil, errors.New("window_join needs a state store")
+}
+
+func (j *windowJoin) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pipeline.Operator, error) {
+	buf, err := state.NewMap[joinEntry](st, "records", state.TTLConfig{}, state.WithCodec[joinEntry](joinEntryCodec{}))
+	if err != nil {
+		return nil, err
+	}
+	tm, err := state.NewTimers(st, "timers")
+	if err != nil {
+		return nil, err
+	}
+	return &windowJoinOp{def: j, buf: buf, timers: tm}, nil
+}
+
+// windowJoinOp is a window join in one task. Its state, per key: each
+// window's records (map key: the window's start, the side, then the
+// record's time and position, so that a window's records are together and
+// each side's in time order), and a timer at each window's end.
+type windowJoinOp struct {
+	def    *windowJoin
+	buf    *state.Map[joinEntry]
+	timers *state.Timers
+	starts []int64
+}
+
+func (o *windowJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
+	key, err := r.KeyBytes()
+	if err != nil {
+		return err
+	}
+	if key == nil {
+		return fmt.Errorf("window_join needs a record key; this record has none (key both streams with key_by)")
+	}
+	ts, wm := r.Timestamp.UnixMilli(), watermarkOf(ctx)
+	side := byte(sideLeft)
+	if ctx.Input() == 1 {
+		side = sideRight
+	}
+	var value []byte
+	o.starts = o.def.win.assign(ts, o.starts)
+	took := false
+	for _, start := range o.starts {
+		end := start + o.def.win.size
+		if end <= wm {
+			continue // closed
+		}
+		if value == nil {
+			if value, err = jsonOf(&r.Value); err != nil {
+				return err
+			}
+		}
+		took = true
+		mk := windowEntryKey(start, side, ts, r.Source)
+		if err := o.buf.Put(key, mk, joinEntry{ts: ts, value: value}); err != nil {
+			return err
+		}
+		if err := o.timers.Set(key, time.UnixMilli(end), state.EventTime); err != nil {
+			return err
+		}
+	}
+	if !took {
+		if o.def.lateOut {
+			ctx.EmitTo("late", r)
+		} else {
+			ctx.DropLate(r)
+		}
+	}
+	return nil
+}
+
+// windowEntryKey is a buffered record's map key: its window's start, its
+// side, its time, then where it was read (binary: partition, offset,
+// topic).
+func windowEntryKey(start int64, side byte, ts int64, src pipeline.Position) string {
+	k := make([]byte, 0, 29+len(src.Topic))
+	k = append(k, startKey(start)...)
+	k = append(k, side)
+	k = append(k, startKey(ts)...)
+	k = binary.BigEndian.AppendUint32(k, uint32(src.Partition))
+	k = binary.BigEndian.AppendUint64(k, uint64(src.Offset))
+	return string(append(k, src.Topic...))
+}
+
+// OnTimer closes the key's windows the watermark has reached: emits their
+// pairs and, for left and outer joins, their unmatched records, then drops
+// their records.
+func (o *windowJoinOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
+	all, err := o.buf.Entries(t.Key)
+	if err != nil {
+		return err
+	}
+	wm := watermarkOf(ctx)
+	for i := 0; i < len(all); {
+		start := startOf(all[i].Key[:8])
+		j := i
+		for j < len(all) && all[j].Key[:8] == all[i].Key[:8] {
+			j++
+		}
+		win := all[i:j]
+		i = j
+		end := start + o.def.win.size
+		if end > wm {
+			continue
+		}
+		var lefts, rights []state.MapEntry[joinEntry]
+		for _, e := range win {
+			if e.Key[8] == sideLeft {
+				lefts = append(lefts, e)
+			} else {
+				rights = append(rights, e)
+			}
+		}
+		for _, l := range lefts {
+			for _, r := range rights {
+				ctx.Emit(o.result(t.Key, start, end, l.Value.value, r.Value.value))
+			}
+		}
+		if len(rights) == 0 && o.def.kind != "inner" {
+			for _, l := range lefts {
+				ctx.Emit(o.result(t.Key, start, end, l.Value.value, nil))
+			}
+		}
+		if len(lefts) == 0 && o.def.kind == "outer" {
+			for _, r := range rights {
+				ctx.Emit(o.result(t.Key, start, end, nil, r.Value.value))
+			}
+		}
+		for _, e := range win {
+			if err := o.buf.Remove(t.Key, e.Key); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// result is {"key", "window_start", "window_end", "left", "right"}.
+func (o *windowJoinOp) result(key []byte, start, end int64, l, r []byte) *pipeline.Record {
+	rec := joinResult(key, l, r, end-1, pipeline.Position{})
+	v := rec.Value.Raw()
+	out := make([]byte, 0, len(v)+48)
+	out = append(out, v[:len(v)-1]...)
+	out = fmt.Appendf(out, `,"window_start":%d,"window_end":%d}`, start, end)
+	rec.Value = pipeline.RawValue(out, pipeline.JSON)
+	return rec
+}
