@@ -236,7 +236,7 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 	}, {
 		name: "an unknown operator lists the known ones",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{mapp: x}]\nsinks: {out: {topic: out}}\n",
-		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, table_join, union, window, window_join)`},
+		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, co_group, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, table_join, union, window, window_join)`},
 	}, {
 		name: "a sink reading an output that does not exist lists the outputs",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{name: s, split: {hot: \"true\"}}]\nsinks: {out: {from: s.cold, topic: out}}\n",

@@ -206,3 +206,150 @@ func TestWindowJoinsMatchTheOracle(t *testing.T) {
 		})
 	}
 }
+
+// coGroupOracle returns each window's group of a co_group: "key [start)
+// L[v…] R[v…]", each side in time order (of one time, in the order
+// written).
+func coGroupOracle(left, right [][]event, size, slide int64) []string {
+	type wk struct {
+		key   string
+		start int64
+	}
+	groups := map[wk]*[2][]event{}
+	add := func(side int, parts [][]event) {
+		for _, evs := range parts {
+			for _, e := range evs {
+				if e.key == "flush" {
+					continue
+				}
+				first := e.ts - ((e.ts%slide)+slide)%slide
+				for start := first; start > e.ts-size; start -= slide {
+					g := groups[wk{e.key, start}]
+					if g == nil {
+						g = &[2][]event{}
+						groups[wk{e.key, start}] = g
+					}
+					g[side] = append(g[side], e)
+				}
+			}
+		}
+	}
+	add(0, left)
+	add(1, right)
+	var out []string
+	for w, g := range groups {
+		var vs [2][]string
+		for side := range 2 {
+			slices.SortStableFunc(g[side], func(a, b event) int { return int(a.ts - b.ts) })
+			for _, e := range g[side] {
+				vs[side] = append(vs[side], fmt.Sprint(e.v))
+			}
+		}
+		out = append(out, fmt.Sprintf("%s [%d) L%v R%v", w.key, w.start-t0, vs[0], vs[1]))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestCoGroupsMatchTheOracle runs co_group over tumbling and sliding
+// windows, with aborted checkpoints and a restart: each window's group is
+// emitted once, both sides in time order; with a value, the expression's
+// result of it.
+func TestCoGroupsMatchTheOracle(t *testing.T) {
+	for _, tc := range []struct {
+		spec        string
+		size, slide int64
+		value       string
+	}{
+		{"tumbling: 2s", 2000, 2000, ""},
+		{"sliding: {size: 3s, slide: 1s}", 3000, 1000, ", value: '{key: value.key, window_start: value.window_start, l: len(value.left), r: len(value.right)}'"},
+	} {
+		t.Run(strings.Fields(tc.spec)[0], func(t *testing.T) {
+			const bound = 1500
+			rng := rand.New(rand.NewPCG(19, uint64(tc.size)))
+			left := withFlush(genJoinEvents(rng, 3, 300, 10, bound, 0), 100_000)
+			right := withFlush(genJoinEvents(rng, 3, 100, 10, bound, 10_000), 100_000)
+			want := coGroupOracle(left, right, tc.size, tc.slide)
+			if tc.value != "" {
+				// The expression's result: the sizes of the sides.
+				for i, w := range want {
+					f := strings.Fields(w)
+					l := strings.Count(w[strings.Index(w, "L["):strings.Index(w, " R[")], " ") + 1
+					if strings.Contains(w, "L[]") {
+						l = 0
+					}
+					r := strings.Count(w[strings.Index(w, "R["):], " ") + 1
+					if strings.HasSuffix(w, "R[]") {
+						r = 0
+					}
+					want[i] = fmt.Sprintf("%s %s l=%d r=%d", f[0], f[1], l, r)
+				}
+				slices.Sort(want)
+			}
+			k := testkit.NewKafka(t)
+			for _, topic := range []string{"left", "right", "out", "late", "dlq"} {
+				k.Topic(topic, 3)
+			}
+			body := strings.Replace(fmt.Sprintf(windowJoined, bound, tc.spec+tc.value, "inner"), "window_join: {", "co_group: {", 1)
+			body = strings.Replace(body, ", type: inner", "", 1)
+			half := func(parts [][]event, second bool) [][]event {
+				out := make([][]event, len(parts))
+				for p := range parts {
+					if second {
+						out[p] = parts[p][len(parts[p])/2:]
+					} else {
+						out[p] = parts[p][:len(parts[p])/2]
+					}
+				}
+				return out
+			}
+			produceEvents(t, k, "left", half(left, false))
+			produceEvents(t, k, "right", half(right, false))
+			every := testkit.NewEveryNth(3)
+			runJoin(t, k, body, WithBeforeCommit(func(cp Checkpoint) error {
+				if cp.Records > 0 && every.Hit() {
+					return errors.New("injected")
+				}
+				return nil
+			}))
+			produceEvents(t, k, "left", half(left, true))
+			produceEvents(t, k, "right", half(right, true))
+			runJoin(t, k, body)
+			var got []string
+			for _, r := range k.ReadAll("out") {
+				x, err := codec.DecodeJSON(r.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := x.(map[string]any)
+				if m["key"] == "flush" {
+					continue
+				}
+				start := int64(m["window_start"].(int))
+				if r.Timestamp.UnixMilli() != start+tc.size-1 || string(r.Key) != m["key"] {
+					t.Fatalf("group %s stamped %d under key %s", r.Value, r.Timestamp.UnixMilli(), r.Key)
+				}
+				if tc.value != "" {
+					got = append(got, fmt.Sprintf("%s [%d) l=%v r=%v", m["key"], start-t0, m["l"], m["r"]))
+					continue
+				}
+				var vs [2][]string
+				for side, name := range []string{"left", "right"} {
+					for _, x := range m[name].([]any) {
+						e := x.(map[string]any)
+						if e["k"] != m["key"] {
+							t.Fatalf("group %s holds a record of another key", r.Value)
+						}
+						vs[side] = append(vs[side], fmt.Sprint(e["v"]))
+					}
+				}
+				got = append(got, fmt.Sprintf("%s [%d) L%v R%v", m["key"], start-t0, vs[0], vs[1]))
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				diff(t, got, want)
+			}
+			t.Logf("%s: %d groups, %d aborted checkpoints", tc.spec, len(want), every.Fired())
+		})
+	}
+}

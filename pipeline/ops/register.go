@@ -1,6 +1,6 @@
 // Package ops holds the built-in operators: filter, map, flat_map, split,
-// route, union, aggregate, dedupe, window, interval_join, table_join and
-// window_join. They are written against the public
+// route, union, aggregate, dedupe, window, interval_join, table_join,
+// window_join and co_group. They are written against the public
 // operator API (package pipeline) alone and registered through its
 // Registry, as a user's own operators are.
 package ops
@@ -35,6 +35,7 @@ func Register(reg *pipeline.Registry) error {
 		{"interval_join", newIntervalJoin},
 		{"table_join", newTableJoin},
 		{"window_join", newWindowJoin},
+		{"co_group", newCoGroup},
 	} {
 		if err := reg.Register(k.kind, onlyExpressions(k.f)); err != nil {
 			return err

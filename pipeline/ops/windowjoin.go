@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/pipeline-run/pipeline/internal/codec"
 	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/pipeline-run/pipeline/pipeline/state"
 )
@@ -33,8 +35,9 @@ import (
 // dropped. A record whose every window has closed is late.
 type windowJoin struct {
 	win     window // kind, size, slide
-	kind    string
+	kind    string // inner, left, outer; co_group
 	lateOut bool
+	group   *pipeline.Expr // co_group's value: nil for the group itself
 	fp      string
 }
 
@@ -42,18 +45,53 @@ type windowJoinSpec struct {
 	Tumbling time.Duration `yaml:"tumbling"`
 	Sliding  *slidingSpec  `yaml:"sliding"`
 	Session  *sessionSpec  `yaml:"session"`
-	Type     string        `yaml:"type"`
+	Type     string        `yaml:"type"`  // window_join
+	Value    string        `yaml:"value"` // co_group
 	Late     string        `yaml:"late"`
 }
 
 func newWindowJoin(s *pipeline.Spec) (pipeline.Definition, error) {
+	return newWindowed(s, false)
+}
+
+// coGroup hands both streams' records of one key and window to one
+// expression, once, when the window closes, as Flink's coGroup does:
+//
+//	steps:
+//	  - name: ctr
+//	    from: [impressions, clicks]   # left, right: keyed alike
+//	    co_group:
+//	      tumbling: 1h                # or sliding: {size: 1h, slide: 10m}
+//	      value: '{shown: len(value.left), clicked: len(value.right)}'
+//
+// The expression sees one record, keyed like the inputs and stamped
+// end-1ms, whose value is the group: {"key": …, "window_start": …,
+// "window_end": …, "left": [the left records' values, in time order],
+// "right": [the right ones']}; without value, that record is the result.
+func newCoGroup(s *pipeline.Spec) (pipeline.Definition, error) {
+	return newWindowed(s, true)
+}
+
+func newWindowed(s *pipeline.Spec, group bool) (pipeline.Definition, error) {
 	var ws windowJoinSpec
 	if !s.Decode(&ws) {
 		return nil, nil
 	}
+	what := "a window join"
 	j := &windowJoin{kind: "inner"}
+	if group {
+		what, j.kind = "a co_group", "co_group"
+		if ws.Type != "" {
+			s.Errorf(".type", "a co_group has no type: it hands every window's records of both sides, whatever they are, to its value")
+		}
+		if ws.Value != "" {
+			j.group = s.Expr(".value", ws.Value, pipeline.AnyResult)
+		}
+	} else if ws.Value != "" {
+		s.Errorf(".value", "a window join emits pairs; to compute one value from a window's records of both sides, use co_group")
+	}
 	if s.Inputs != 2 {
-		s.Errorf("", "a window join reads two streams, the left and the right, keyed alike: give them as from: [left, right] (found %d)", s.Inputs)
+		s.Errorf("", "%s reads two streams, the left and the right, keyed alike: give them as from: [left, right] (found %d)", what, s.Inputs)
 	}
 	kinds := 0
 	if ws.Tumbling != 0 {
@@ -77,14 +115,15 @@ func newWindowJoin(s *pipeline.Spec) (pipeline.Definition, error) {
 	}
 	if ws.Session != nil {
 		kinds++
-		s.Errorf(".session", "a window join takes tumbling or sliding windows; session windows are not supported yet")
+		s.Errorf(".session", "%s takes tumbling or sliding windows; session windows are not supported yet", what)
 	}
 	if kinds != 1 {
 		s.Errorf("", "give exactly one window kind: tumbling: 1h or sliding: {size: 1h, slide: 10m}")
 	}
-	switch ws.Type {
-	case "", "inner":
-	case "left", "outer":
+	switch {
+	case group:
+	case ws.Type == "", ws.Type == "inner":
+	case ws.Type == "left", ws.Type == "outer":
 		j.kind = ws.Type
 	default:
 		s.Errorf(".type", "must be inner (pairs only), left (and left records that found no pair) or outer (and records of either side that found none), found %q", ws.Type)
@@ -97,6 +136,9 @@ func newWindowJoin(s *pipeline.Spec) (pipeline.Definition, error) {
 		s.Errorf(".late", "must be drop (the default: count and log late records) or output (send them to %s.late), found %q", s.Name, ws.Late)
 	}
 	j.fp = fmt.Sprintf("window_join:v1:%s:%d:%d:%s", j.win.kind, j.win.size, j.win.slide, j.kind)
+	if group {
+		j.fp = fmt.Sprintf("co_group:v1:%s:%d:%d", j.win.kind, j.win.size, j.win.slide)
+	}
 	return j, nil
 }
 
@@ -229,6 +271,12 @@ func (o *windowJoinOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
 				rights = append(rights, e)
 			}
 		}
+		if o.def.kind == "co_group" {
+			if err := o.coGroup(ctx, t.Key, start, end, lefts, rights); err != nil {
+				return err
+			}
+			lefts, rights = nil, nil
+		}
 		for _, l := range lefts {
 			for _, r := range rights {
 				ctx.Emit(o.result(t.Key, start, end, l.Value.value, r.Value.value))
@@ -250,6 +298,43 @@ func (o *windowJoinOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
 			}
 		}
 	}
+	return nil
+}
+
+// coGroup emits the group of one window: the record its value expression
+// makes of it, or the group itself.
+func (o *windowJoinOp) coGroup(ctx pipeline.Context, key []byte, start, end int64, lefts, rights []state.MapEntry[joinEntry]) error {
+	v := make([]byte, 0, 256)
+	v = append(v, `{"key":`...)
+	v, _ = codec.AppendJSON(v, string(key))
+	v = fmt.Appendf(v, `,"window_start":%d,"window_end":%d,"left":[`, start, end)
+	for i, e := range lefts {
+		if i > 0 {
+			v = append(v, ',')
+		}
+		v = append(v, e.Value.value...)
+	}
+	v = append(v, `],"right":[`...)
+	for i, e := range rights {
+		if i > 0 {
+			v = append(v, ',')
+		}
+		v = append(v, e.Value.value...)
+	}
+	v = append(v, `]}`...)
+	rec := &pipeline.Record{
+		Key:       pipeline.RawValue(slices.Clone(key), pipeline.String),
+		Value:     pipeline.RawValue(v, pipeline.JSON),
+		Timestamp: time.UnixMilli(end - 1),
+	}
+	if o.def.group != nil {
+		x, err := ctx.Eval().Eval(o.def.group, rec)
+		if err != nil {
+			return fmt.Errorf("co_group value, window [%d, %d) of key %q: %w", start, end, key, err)
+		}
+		rec.Value = pipeline.ObjectValue(x)
+	}
+	ctx.Emit(rec)
 	return nil
 }
 
