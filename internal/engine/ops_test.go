@@ -236,7 +236,7 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 	}, {
 		name: "an unknown operator lists the known ones",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{mapp: x}]\nsinks: {out: {topic: out}}\n",
-		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, co_group, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, table_join, union, window, window_join)`},
+		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, co_group, connect, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, table_join, union, window, window_join)`},
 	}, {
 		name: "a sink reading an output that does not exist lists the outputs",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{name: s, split: {hot: \"true\"}}]\nsinks: {out: {from: s.cold, topic: out}}\n",
@@ -326,6 +326,15 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 		want: []string{"steps[0].window_join (line 5): a window join reads two streams",
 			"steps[0].window_join.session (line 5): a window join takes tumbling or sliding windows; session windows are not supported yet",
 			`steps[0].window_join.type (line 5): must be inner`},
+	}, {
+		name: "connect needs state fields and a rule per input that does something",
+		body: "sources: {a: {topics: [a]}, b: {topics: [b]}}\nsteps:\n  - from: [a, b]\n    connect:\n      state: [limit]\n      on:\n        - set: {limt: value.max}\n        - when: value.temp > 1\nsinks: {out: {topic: out}}\n",
+		want: []string{`steps[0].connect.on[0].set.limt (line 9): "limt" is not a state field (state: [limit])`,
+			"steps[0].connect.on[1] (line 10): a rule that neither sets a field nor emits does nothing"},
+	}, {
+		name: "connect reads two streams, a rule each",
+		body: "sources: {a: {topics: [a]}}\nsteps:\n  - connect: {state: [x], on: [{emit: value}, {emit: value}]}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].connect (line 5): connect reads two or more streams", "steps[0].connect.on (line 5): one rule per input, in the order of from: found 2 rules for 1 inputs"},
 	}, {
 		name: "a source's event time expression is compiled",
 		body: "sources: {in: {topics: [in], event_time: {from: \"value.ts +\"}}}\nsinks: {out: {topic: out}}\n",

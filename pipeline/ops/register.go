@@ -1,6 +1,6 @@
 // Package ops holds the built-in operators: filter, map, flat_map, split,
 // route, union, aggregate, dedupe, window, interval_join, table_join,
-// window_join and co_group. They are written against the public
+// window_join, co_group and connect. They are written against the public
 // operator API (package pipeline) alone and registered through its
 // Registry, as a user's own operators are.
 package ops
@@ -36,6 +36,7 @@ func Register(reg *pipeline.Registry) error {
 		{"table_join", newTableJoin},
 		{"window_join", newWindowJoin},
 		{"co_group", newCoGroup},
+		{"connect", newConnect},
 	} {
 		if err := reg.Register(k.kind, onlyExpressions(k.f)); err != nil {
 			return err
