@@ -321,11 +321,12 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 			`steps[0].table_join.type (line 5): must be inner (records whose key has a row) or left`,
 			`steps[0].table_join.late (line 5): must be drop`},
 	}, {
-		name: "a window join takes tumbling or sliding windows and two streams",
-		body: "sources: {in: {topics: [in]}}\nsteps:\n  - window_join: {session: {gap: 1m}, type: full}\nsinks: {out: {topic: out}}\n",
+		name: "a window join reads two streams, a session gap is more than 0, a co_group has no type",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - window_join: {session: {gap: 0}, type: full}\n  - co_group: {tumbling: 1m, type: left}\nsinks: {out: {topic: out}}\n",
 		want: []string{"steps[0].window_join (line 5): a window join reads two streams",
-			"steps[0].window_join.session (line 5): a window join takes tumbling or sliding windows; session windows are not supported yet",
-			`steps[0].window_join.type (line 5): must be inner`},
+			"steps[0].window_join.session.gap (line 5): the session gap must be at least 1ms",
+			`steps[0].window_join.type (line 5): must be inner`,
+			"steps[1].co_group.type (line 6): a co_group has no type"},
 	}, {
 		name: "connect needs state fields and a rule per input that does something",
 		body: "sources: {a: {topics: [a]}, b: {topics: [b]}}\nsteps:\n  - from: [a, b]\n    connect:\n      state: [limit]\n      on:\n        - set: {limt: value.max}\n        - when: value.temp > 1\nsinks: {out: {topic: out}}\n",

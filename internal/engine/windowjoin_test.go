@@ -353,3 +353,143 @@ func TestCoGroupsMatchTheOracle(t *testing.T) {
 		})
 	}
 }
+
+// joinSessions groups both sides' events per key into sessions of the
+// given gap: events of either side no more than gap apart are one
+// session, starting at its first. It returns each session's events by
+// side, in the order written per partition.
+func joinSessions(left, right [][]event, gap int64) map[wkey]*[2][]event {
+	type tagged struct {
+		e    event
+		side int
+		i    int
+	}
+	byKey := map[string][]tagged{}
+	n := 0
+	for side, parts := range [][][]event{left, right} {
+		for _, evs := range parts {
+			for _, e := range evs {
+				if e.key != "flush" {
+					byKey[e.key] = append(byKey[e.key], tagged{e, side, n})
+					n++
+				}
+			}
+		}
+	}
+	out := map[wkey]*[2][]event{}
+	for key, ts := range byKey {
+		slices.SortStableFunc(ts, func(a, b tagged) int { return int(a.e.ts - b.e.ts) })
+		var cur *[2][]event
+		var start, last int64
+		for _, x := range ts {
+			if cur == nil || x.e.ts > last+gap {
+				cur = &[2][]event{}
+				start = x.e.ts
+				out[wkey{key: key, start: start, end: 0}] = cur
+			}
+			cur[x.side] = append(cur[x.side], x.e)
+			last = max(last, x.e.ts)
+		}
+	}
+	return out
+}
+
+// TestSessionWindowJoinsMatchTheOracle: window_join and co_group over
+// session windows, which both sides' records open and merge.
+func TestSessionWindowJoinsMatchTheOracle(t *testing.T) {
+	const bound, gap = 1500, 600
+	rng := rand.New(rand.NewPCG(29, 0))
+	left := withFlush(genJoinEvents(rng, 3, 300, 10, bound, 0), 100_000)
+	right := withFlush(genJoinEvents(rng, 3, 300, 10, bound, 10_000), 100_000)
+	sessions := joinSessions(left, right, gap)
+	var wantJoin, wantGroup []string
+	for w, g := range sessions {
+		for _, a := range g[0] {
+			for _, b := range g[1] {
+				wantJoin = append(wantJoin, fmt.Sprintf("%s [%d) L%d R%d", w.key, w.start-t0, a.v, b.v))
+			}
+			if len(g[1]) == 0 {
+				wantJoin = append(wantJoin, fmt.Sprintf("%s [%d) L%d -", w.key, w.start-t0, a.v))
+			}
+		}
+		var vs [2][]string
+		for side := range 2 {
+			slices.SortStableFunc(g[side], func(a, b event) int { return int(a.ts - b.ts) })
+			for _, e := range g[side] {
+				vs[side] = append(vs[side], fmt.Sprint(e.v))
+			}
+		}
+		wantGroup = append(wantGroup, fmt.Sprintf("%s [%d) L%v R%v", w.key, w.start-t0, vs[0], vs[1]))
+	}
+	slices.Sort(wantJoin)
+	slices.Sort(wantGroup)
+	merged := 0
+	for _, g := range sessions {
+		if len(g[0]) > 0 && len(g[1]) > 0 {
+			merged++
+		}
+	}
+	if merged < 50 || len(sessions)-merged < 20 {
+		t.Fatalf("%d sessions with both sides, %d with one: the input tests too little", merged, len(sessions)-merged)
+	}
+	for _, kind := range []string{"window_join", "co_group"} {
+		t.Run(kind, func(t *testing.T) {
+			k := testkit.NewKafka(t)
+			for _, topic := range []string{"left", "right", "out", "late", "dlq"} {
+				k.Topic(topic, 3)
+			}
+			body := fmt.Sprintf(windowJoined, bound, fmt.Sprintf("session: {gap: %dms}", gap), "left")
+			if kind == "co_group" {
+				body = strings.Replace(strings.Replace(body, "window_join: {", "co_group: {", 1), ", type: left", "", 1)
+			}
+			produceEvents(t, k, "left", left)
+			produceEvents(t, k, "right", right)
+			every := testkit.NewEveryNth(3)
+			runJoin(t, k, body, WithBeforeCommit(func(cp Checkpoint) error {
+				if cp.Records > 0 && every.Hit() {
+					return errors.New("injected")
+				}
+				return nil
+			}))
+			var got []string
+			for _, r := range k.ReadAll("out") {
+				x, err := codec.DecodeJSON(r.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := x.(map[string]any)
+				if m["key"] == "flush" {
+					continue
+				}
+				start := int64(m["window_start"].(int))
+				side := func(name, tag string) string {
+					s, ok := m[name].(map[string]any)
+					if !ok {
+						return "-"
+					}
+					return fmt.Sprintf("%s%v", tag, s["v"])
+				}
+				if kind == "window_join" {
+					got = append(got, fmt.Sprintf("%s [%d) %s %s", m["key"], start-t0, side("left", "L"), side("right", "R")))
+					continue
+				}
+				var vs [2][]string
+				for i, name := range []string{"left", "right"} {
+					for _, x := range m[name].([]any) {
+						vs[i] = append(vs[i], fmt.Sprint(x.(map[string]any)["v"]))
+					}
+				}
+				got = append(got, fmt.Sprintf("%s [%d) L%v R%v", m["key"], start-t0, vs[0], vs[1]))
+			}
+			slices.Sort(got)
+			want := wantJoin
+			if kind == "co_group" {
+				want = wantGroup
+			}
+			if !slices.Equal(got, want) {
+				diff(t, got, want)
+			}
+			t.Logf("%s over sessions: %d results (%d sessions, %d with both sides), %d aborted checkpoints", kind, len(want), len(sessions), merged, every.Fired())
+		})
+	}
+}

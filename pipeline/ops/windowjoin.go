@@ -21,7 +21,7 @@ import (
 //	  - name: shown
 //	    from: [impressions, clicks]   # left, right: keyed alike
 //	    window_join:
-//	      tumbling: 1h                # or sliding: {size: 1h, slide: 10m}
+//	      tumbling: 1h                # or sliding: {size: 1h, slide: 10m}, or session: {gap: 30m}
 //	      type: left                  # inner (default), left or outer
 //	      late: output                # records of closed windows go to shown.late
 //
@@ -115,10 +115,13 @@ func newWindowed(s *pipeline.Spec, group bool) (pipeline.Definition, error) {
 	}
 	if ws.Session != nil {
 		kinds++
-		s.Errorf(".session", "%s takes tumbling or sliding windows; session windows are not supported yet", what)
+		j.win.kind, j.win.size = "session", ws.Session.Gap.Milliseconds()
+		if j.win.size < 1 {
+			s.Errorf(".session.gap", "the session gap must be at least 1ms (a gap of 0 would make every record its own session), found %s", ws.Session.Gap)
+		}
 	}
 	if kinds != 1 {
-		s.Errorf("", "give exactly one window kind: tumbling: 1h or sliding: {size: 1h, slide: 10m}")
+		s.Errorf("", "give exactly one window kind: tumbling: 1h, sliding: {size: 1h, slide: 10m} or session: {gap: 30m}")
 	}
 	switch {
 	case group:
@@ -197,6 +200,9 @@ func (o *windowJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	if ctx.Input() == 1 {
 		side = sideRight
 	}
+	if o.def.win.kind == "session" {
+		return o.session(ctx, key, side, ts, wm, r)
+	}
 	var value []byte
 	o.starts = o.def.win.assign(ts, o.starts)
 	took := false
@@ -220,13 +226,71 @@ func (o *windowJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 		}
 	}
 	if !took {
-		if o.def.lateOut {
-			ctx.EmitTo("late", r)
-		} else {
-			ctx.DropLate(r)
-		}
+		o.late(ctx, r)
 	}
 	return nil
+}
+
+func (o *windowJoinOp) late(ctx pipeline.Context, r *pipeline.Record) {
+	if o.def.lateOut {
+		ctx.EmitTo("late", r)
+	} else {
+		ctx.DropLate(r)
+	}
+}
+
+// sideMeta marks a session's own entry: its end, as the entry's time.
+const sideMeta = 'M'
+
+// session adds r, of side at ts, to key's sessions, which hold the records
+// of both sides: it opens [ts, ts+gap), which merges with every session it
+// overlaps or touches; the merged session's records move under its start.
+func (o *windowJoinOp) session(ctx pipeline.Context, key []byte, side byte, ts, wm int64, r *pipeline.Record) error {
+	all, err := o.buf.Entries(key)
+	if err != nil {
+		return err
+	}
+	start, end := ts, ts+o.def.win.size
+	merged := map[string]bool{} // session prefixes
+	for _, e := range all {
+		if e.Key[8] != sideMeta {
+			continue
+		}
+		s, en := startOf(e.Key[:8]), e.Value.ts
+		if s <= end && en >= start {
+			merged[e.Key[:8]] = true
+			start, end = min(start, s), max(end, en)
+		}
+	}
+	if end <= wm {
+		o.late(ctx, r)
+		return nil
+	}
+	prefix := startKey(start)
+	for _, e := range all {
+		if !merged[e.Key[:8]] || e.Key[:8] == prefix {
+			continue
+		}
+		if err := o.buf.Remove(key, e.Key); err != nil {
+			return err
+		}
+		if e.Key[8] != sideMeta {
+			if err := o.buf.Put(key, prefix+e.Key[8:], e.Value); err != nil {
+				return err
+			}
+		}
+	}
+	value, err := jsonOf(&r.Value)
+	if err != nil {
+		return err
+	}
+	if err := o.buf.Put(key, windowEntryKey(start, side, ts, r.Source), joinEntry{ts: ts, value: value}); err != nil {
+		return err
+	}
+	if err := o.buf.Put(key, prefix+string(sideMeta), joinEntry{ts: end}); err != nil {
+		return err
+	}
+	return o.timers.Set(key, time.UnixMilli(end), state.EventTime)
 }
 
 // windowEntryKey is a buffered record's map key: its window's start, its
@@ -260,16 +324,19 @@ func (o *windowJoinOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
 		win := all[i:j]
 		i = j
 		end := start + o.def.win.size
-		if end > wm {
-			continue
-		}
 		var lefts, rights []state.MapEntry[joinEntry]
 		for _, e := range win {
-			if e.Key[8] == sideLeft {
+			switch e.Key[8] {
+			case sideLeft:
 				lefts = append(lefts, e)
-			} else {
+			case sideRight:
 				rights = append(rights, e)
+			case sideMeta:
+				end = e.Value.ts // a session's end
 			}
+		}
+		if end > wm {
+			continue
 		}
 		if o.def.kind == "co_group" {
 			if err := o.coGroup(ctx, t.Key, start, end, lefts, rights); err != nil {
