@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -114,6 +116,13 @@ func TestMetricsOfAPausedProcess(t *testing.T) {
 		return err == nil && n == partitions && lagSum(m) == 0, fmt.Sprintf("%d partitions, lag %v (%v)", n, lagSum(m), err)
 	})
 	final := mustScrape(t, addr)
+	var series []string
+	for _, k := range slices.Sorted(maps.Keys(final)) {
+		if strings.HasPrefix(k, "pipeline_") && !strings.Contains(k, "_bucket{") {
+			series = append(series, fmt.Sprintf("%s %g", k, final[k]))
+		}
+	}
+	t.Logf("the last scrape:\n%s", strings.Join(series, "\n"))
 	p.Term()
 	t.Logf("figures: committed %v, aborted %v, client rebuilds %v, checkpoints over 5.12 s %v, source records %v, sink records %v",
 		final[`pipeline_checkpoints_total{outcome="committed"}`], final[`pipeline_checkpoints_total{outcome="aborted"}`],
