@@ -25,12 +25,13 @@ func NewRegistry() *Registry {
 }
 
 // reservedKinds are keys of a step that are not operators, or engine
-// features that no factory builds: the repartition of key_by and the
-// worker pool of parallel.
-var reservedKinds = map[string]bool{"name": true, "from": true, "key_by": true, "parallel": true}
+// features that no factory builds: the repartition of key_by and
+// broadcast, and the worker pool of parallel.
+var reservedKinds = map[string]bool{"name": true, "from": true, "key_by": true, "broadcast": true, "parallel": true}
 
 // Register adds an operator kind. Kinds are lower case words; registering a
-// kind twice, or one of the engine's own (key_by, parallel), is an error.
+// kind twice, or one of the engine's own (key_by, broadcast, parallel), is
+// an error.
 func (r *Registry) Register(kind string, f Factory) error {
 	if kind == "" || strings.ContainsAny(kind, " .") || kind == "name" || kind == "from" {
 		return fmt.Errorf("operator kind %q: not a valid name", kind)

@@ -198,11 +198,16 @@ func Build(cfg *config.Config, reg *pipeline.Registry) (*Graph, error) {
 			errs = append(errs, spec.Problems()...)
 			addReads(&reads, spec.ValueReads())
 		}
-		if st.Kind == "key_by" {
+		if st.Kind == "key_by" || st.Kind == "broadcast" {
 			// Two nodes: the writing half takes the step's inputs, and a
 			// source reading the repartition topic takes its name, so
 			// the steps after it read what comes back.
-			d := buildKeyBy(cfg, st, spec)
+			var d *repartitionDef
+			if st.Kind == "broadcast" {
+				d = buildBroadcast(cfg, st, spec)
+			} else {
+				d = buildKeyBy(cfg, st, spec)
+			}
 			spec.Reads() // through its key expression only
 			specDone()
 			w := &node{name: st.Name + ".repartition", path: st.Path, kind: stepNode, op: st.Kind, repart: d, inputs: n.inputs}

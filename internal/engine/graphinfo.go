@@ -113,5 +113,5 @@ func addReads(to *pipeline.ValueReads, r pipeline.ValueReads) {
 // knownKinds lists the operator kinds of reg and the engine's own, for
 // messages.
 func knownKinds(reg *pipeline.Registry) []string {
-	return slices.Sorted(slices.Values(append(reg.Kinds(), "key_by", "parallel")))
+	return slices.Sorted(slices.Values(append(reg.Kinds(), "broadcast", "key_by", "parallel")))
 }

@@ -236,7 +236,7 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 	}, {
 		name: "an unknown operator lists the known ones",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{mapp: x}]\nsinks: {out: {topic: out}}\n",
-		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, co_group, connect, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, table_join, union, window, window_join)`},
+		want: []string{"steps[0].mapp", `unknown operator "mapp" (known: aggregate, broadcast, broadcast_join, co_group, connect, dedupe, filter, flat_map, interval_join, key_by, map, parallel, route, split, table_join, union, window, window_join)`},
 	}, {
 		name: "a sink reading an output that does not exist lists the outputs",
 		body: "sources: {in: {topics: [in]}}\nsteps: [{name: s, split: {hot: \"true\"}}]\nsinks: {out: {from: s.cold, topic: out}}\n",
@@ -336,6 +336,12 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 		name: "connect reads two streams, a rule each",
 		body: "sources: {a: {topics: [a]}}\nsteps:\n  - connect: {state: [x], on: [{emit: value}, {emit: value}]}\nsinks: {out: {topic: out}}\n",
 		want: []string{"steps[0].connect (line 5): connect reads two or more streams", "steps[0].connect.on (line 5): one rule per input, in the order of from: found 2 rules for 1 inputs"},
+	}, {
+		name: "broadcast takes no settings; a broadcast join reads two streams",
+		body: "sources: {in: {topics: [in]}}\nsteps:\n  - {name: b, broadcast: {partitions: 3}}\n  - {from: in, broadcast_join: {type: outer}}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0].broadcast (line 5): broadcast takes no settings",
+			"steps[1].broadcast_join (line 6): a broadcast join reads two streams",
+			`steps[1].broadcast_join.type (line 6): must be inner`},
 	}, {
 		name: "a source's event time expression is compiled",
 		body: "sources: {in: {topics: [in], event_time: {from: \"value.ts +\"}}}\nsinks: {out: {topic: out}}\n",

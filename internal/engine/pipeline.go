@@ -94,7 +94,10 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	manual, marked := map[string]bool{}, map[string]bool{}
 	for _, n := range p.g.nodes {
-		if n.repart != nil {
+		switch {
+		case n.repart != nil && n.repart.broadcast:
+			manual[n.repart.topic] = true // each copy names its partition
+		case n.repart != nil:
 			marked[n.repart.topic] = true
 		}
 	}

@@ -28,6 +28,31 @@ type repartitionDef struct {
 	topic      string
 	key        *pipeline.Expr
 	partitions int32
+	// broadcast: each record, key kept, goes to every partition of the
+	// topic, so every task reads every record (a broadcast step).
+	broadcast bool
+}
+
+// buildBroadcast builds a broadcast step: like key_by, through an internal
+// topic inside the checkpoint's transaction, but each record keeps its key
+// and is written to every partition of the topic, so that every task of
+// the steps after it reads every record, in the order it was read:
+//
+//   - name: limits_everywhere
+//     from: limits
+//     broadcast: {}
+func buildBroadcast(cfg *config.Config, st *config.Step, spec *pipeline.Spec) *repartitionDef {
+	d := &repartitionDef{name: st.Name, path: st.Path, topic: wire.RepartitionTopic(cfg.Name, st.Name), broadcast: true}
+	switch v := spec.Value.(type) {
+	case nil:
+	case map[string]any:
+		if len(v) > 0 {
+			spec.Errorf("", "broadcast takes no settings: write broadcast: {}")
+		}
+	default:
+		spec.Errorf("", "broadcast takes no settings: write broadcast: {}")
+	}
+	return d
 }
 
 type keyBySpec struct {
@@ -61,6 +86,8 @@ func buildKeyBy(cfg *config.Config, st *config.Step, spec *pipeline.Spec) *repar
 type repartitionOp struct {
 	def  *repartitionDef
 	prod func(*kgo.Record)
+	// copies is how many partitions a broadcast step writes each record to.
+	copies int32
 
 	// maxBytes is the largest record the repartition topic takes (0: no
 	// limit), and limit the setting that makes it so.
@@ -69,8 +96,18 @@ type repartitionOp struct {
 }
 
 func (o *repartitionOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
-	k, err := ctx.Eval().Eval(o.def.key, r)
-	if err != nil {
+	var k any
+	var err error
+	if o.def.broadcast {
+		b, err := r.KeyBytes()
+		if err != nil {
+			return fmt.Errorf("broadcast: key: %w", err)
+		}
+		k = b
+		if b == nil {
+			k = []byte{}
+		}
+	} else if k, err = ctx.Eval().Eval(o.def.key, r); err != nil {
 		return err
 	}
 	var key []byte
@@ -103,7 +140,18 @@ func (o *repartitionOp) Process(ctx pipeline.Context, r *pipeline.Record) error 
 	if size := outputSize(kr); o.maxBytes > 0 && size > o.maxBytes {
 		return tooLarge("key_by: record of about %d bytes for %s is larger than %s", size+batchHeader, o.def.topic, o.limit)
 	}
-	o.prod(kr)
+	if !o.def.broadcast {
+		o.prod(kr)
+		return nil
+	}
+	for p := range o.copies {
+		c := kr
+		if p < o.copies-1 {
+			c = &kgo.Record{Topic: kr.Topic, Key: kr.Key, Value: kr.Value, Timestamp: kr.Timestamp, Headers: kr.Headers}
+		}
+		c.Partition = p
+		o.prod(c)
+	}
 	return nil
 }
 

@@ -42,7 +42,9 @@ func (g *Graph) keySource(n *node) string {
 			seen[up] = true
 			switch {
 			case up.kind == sourceNode && up.internal:
-				if w := g.byName[up.name+".repartition"]; w != nil && w.repart != nil {
+				if w := g.byName[up.name+".repartition"]; w != nil && w.repart != nil && w.repart.broadcast {
+					out = append(out, "broadcast "+up.name)
+				} else if w != nil && w.repart != nil {
 					by := "key_by " + w.repart.key.String()
 					if w.repart.partitions > 0 {
 						by += fmt.Sprintf(" (partitions %d)", w.repart.partitions)

@@ -114,7 +114,7 @@ func newTask(rt *runtime, id pipeline.TaskID) (*task, backlog, error) {
 		case n.parallel != nil:
 			op = parallelOp{st: rt.stages[n.idx]}
 		case n.repart != nil:
-			ro := &repartitionOp{def: n.repart, prod: func(r *kgo.Record) { rt.internalOut.Add(1); rt.produce(r) }}
+			ro := &repartitionOp{def: n.repart, prod: func(r *kgo.Record) { rt.internalOut.Add(1); rt.produce(r) }, copies: rt.topicParts[n.repart.topic]}
 			ro.maxBytes, ro.limit = rt.recordLimit(n.repart.topic)
 			op = ro
 		case n.stateful() != nil && t.stores[n.idx] == nil:

@@ -1,6 +1,6 @@
 // Package ops holds the built-in operators: filter, map, flat_map, split,
 // route, union, aggregate, dedupe, window, interval_join, table_join,
-// window_join, co_group and connect. They are written against the public
+// window_join, co_group, connect and broadcast_join. They are written against the public
 // operator API (package pipeline) alone and registered through its
 // Registry, as a user's own operators are.
 package ops
@@ -37,6 +37,7 @@ func Register(reg *pipeline.Registry) error {
 		{"window_join", newWindowJoin},
 		{"co_group", newCoGroup},
 		{"connect", newConnect},
+		{"broadcast_join", newBroadcastJoin},
 	} {
 		if err := reg.Register(k.kind, onlyExpressions(k.f)); err != nil {
 			return err

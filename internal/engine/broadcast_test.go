@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/internal/codec"
+	"github.com/pipeline-run/pipeline/internal/testkit"
+	"github.com/pipeline-run/pipeline/wire"
+)
+
+const broadcasted = `
+instance_id: i1
+checkpoint: {interval: 50ms, timeout: 10s, max_records: 100}
+transactions: {timeout: 20s}
+consumer: {session_timeout: 6s}
+sources:
+  readings: {topics: [left]}
+  limits: {topics: [right]}
+steps:
+  - {name: everywhere, from: limits, broadcast: {}}
+  - name: checked
+    from: [readings, everywhere]
+    broadcast_join: {key: value.sensor, type: left}
+sinks:
+  out: {topic: out, from: checked}
+dead_letter: {topic: dlq}
+`
+
+// TestBroadcastJoinMatchesTheOracle broadcasts a one-partition table of
+// limits to every task of a three-partition stream of readings keyed by
+// reading, not by sensor: each reading finds its sensor's row whatever
+// task it is in. In phases whose order is known (rows, readings with every
+// third checkpoint aborted, rows changed and deleted, readings on a
+// restarted pipeline), every result is the oracle's, exactly once.
+func TestBroadcastJoinMatchesTheOracle(t *testing.T) {
+	k := testkit.NewKafka(t)
+	k.Topic("left", 3)
+	k.Topic("right", 1)
+	k.Topic("out", 3)
+	k.Topic("dlq", 3)
+	rng := rand.New(rand.NewPCG(31, 0))
+	send := func(rs []*kgo.Record) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := map[string]int{} // sensor → limit; absent: no row
+	setRows := func(share float64) {
+		var rs []*kgo.Record
+		for i := range 10 {
+			s := fmt.Sprintf("s%d", i)
+			if rng.Float64() >= share {
+				continue
+			}
+			r := &kgo.Record{Topic: "right", Key: []byte(s)}
+			if rng.IntN(6) == 0 {
+				delete(rows, s) // a tombstone
+			} else {
+				rows[s] = 20 + rng.IntN(10)
+				r.Value = fmt.Appendf(nil, `{"sensor": %q, "max": %d}`, s, rows[s])
+			}
+			rs = append(rs, r)
+		}
+		send(rs)
+	}
+	var want []string
+	seq := 0
+	readings := func(n int) {
+		var rs []*kgo.Record
+		for range n {
+			s := fmt.Sprintf("s%d", rng.IntN(12)) // s10 and s11 never have a row
+			row := "-"
+			if m, ok := rows[s]; ok {
+				row = fmt.Sprint(m)
+			}
+			want = append(want, fmt.Sprintf("r%d %s %s", seq, s, row))
+			rs = append(rs, &kgo.Record{Topic: "left", Key: fmt.Appendf(nil, "r%d", seq), Value: fmt.Appendf(nil, `{"sensor": %q, "n": %d}`, s, seq)})
+			seq++
+		}
+		send(rs)
+	}
+	run := func(opts ...Option) {
+		t.Helper()
+		p := newPipeline(t, k, broadcasted, nil, opts...)
+		stop := testkit.Start(t, p)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		werr := k.WaitSettled(ctx, "t", "left", "right", wire.RepartitionTopic("t", "everywhere"))
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if werr != nil {
+			t.Fatal(werr)
+		}
+	}
+	setRows(1)
+	run()
+	readings(400)
+	every := testkit.NewEveryNth(3)
+	run(WithBeforeCommit(func(cp Checkpoint) error {
+		if cp.Records > 0 && every.Hit() {
+			return errors.New("injected")
+		}
+		return nil
+	}))
+	if every.Fired() == 0 {
+		t.Fatal("no checkpoint was aborted")
+	}
+	setRows(0.6)
+	run()
+	readings(400)
+	run()
+
+	var got []string
+	tasks := map[int32]bool{}
+	for _, r := range k.ReadAll("out") {
+		x, err := codec.DecodeJSON(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := x.(map[string]any)
+		l := m["left"].(map[string]any)
+		row := "-"
+		if rt, ok := m["right"].(map[string]any); ok {
+			if rt["sensor"] != l["sensor"] {
+				t.Fatalf("result %s: the row of another sensor", r.Value)
+			}
+			row = fmt.Sprint(rt["max"])
+		}
+		if m["key"] != string(r.Key) || fmt.Sprintf("r%v", l["n"]) != string(r.Key) {
+			t.Fatalf("result %s under key %s", r.Value, r.Key)
+		}
+		got = append(got, fmt.Sprintf("%s %s %s", r.Key, l["sensor"], row))
+		if row != "-" {
+			// Readings and results are partitioned alike, by their key:
+			// the result's partition is the task that found the row.
+			tasks[r.Partition] = true
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		diff(t, got, want)
+	}
+	if len(tasks) != 3 {
+		t.Fatalf("rows were found in %d of the 3 tasks' outputs", len(tasks))
+	}
+	if n := len(k.ReadAll("dlq")); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+	t.Logf("%d readings looked up in a broadcast table (set, changed, deleted) from 3 tasks, each once; %d aborted checkpoints", len(want), every.Fired())
+}
