@@ -165,3 +165,93 @@ func TestBroadcastJoinMatchesTheOracle(t *testing.T) {
 	}
 	t.Logf("%d readings looked up in a broadcast table (set, changed, deleted) from 3 tasks, each once; %d aborted checkpoints", len(want), every.Fired())
 }
+
+// TestBroadcastRowsRacingTheStream changes rows while readings flow, with
+// every third checkpoint aborted: which version a reading sees depends on
+// the order the two streams arrive in, but every reading is emitted once,
+// with a version its sensor had (or none before its first), and within a
+// task the versions seen of each sensor never go back.
+func TestBroadcastRowsRacingTheStream(t *testing.T) {
+	k := testkit.NewKafka(t)
+	k.Topic("left", 3)
+	k.Topic("right", 1)
+	k.Topic("out", 3)
+	k.Topic("dlq", 3)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const readings, sensors = 6000, 8
+	every := testkit.NewEveryNth(3)
+	p := newPipeline(t, k, broadcasted, nil, WithBeforeCommit(func(cp Checkpoint) error {
+		if cp.Records > 0 && every.Hit() {
+			return errors.New("injected")
+		}
+		return nil
+	}))
+	stop := testkit.Start(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	versions := map[string]int{}
+	for i := range readings {
+		if i%20 == 0 {
+			s := fmt.Sprintf("s%d", (i/20)%sensors)
+			versions[s]++
+			cl.Produce(ctx, &kgo.Record{Topic: "right", Key: []byte(s), Value: fmt.Appendf(nil, `{"sensor": %q, "version": %d}`, s, versions[s])}, nil)
+		}
+		s := fmt.Sprintf("s%d", i%sensors)
+		cl.Produce(ctx, &kgo.Record{Topic: "left", Key: fmt.Appendf(nil, "r%d", i), Value: fmt.Appendf(nil, `{"sensor": %q, "n": %d}`, s, i)}, nil)
+		if i%500 == 0 {
+			time.Sleep(20 * time.Millisecond) // let checkpoints fall in between
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	werr := k.WaitSettled(ctx, "t", "left", "right", wire.RepartitionTopic("t", "everywhere"))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if every.Fired() == 0 {
+		t.Fatal("no checkpoint was aborted")
+	}
+	seen := map[string]bool{}
+	last := map[int32]map[string]int{} // per task and sensor, the version seen last
+	saw := 0
+	for _, r := range k.ReadAll("out") {
+		x, err := codec.DecodeJSON(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := x.(map[string]any)
+		l := m["left"].(map[string]any)
+		s := l["sensor"].(string)
+		if seen[string(r.Key)] {
+			t.Fatalf("reading %s emitted twice", r.Key)
+		}
+		seen[string(r.Key)] = true
+		v := 0
+		if rt, ok := m["right"].(map[string]any); ok {
+			if rt["sensor"] != s {
+				t.Fatalf("%s: the row of another sensor", r.Value)
+			}
+			v = rt["version"].(int)
+			saw++
+		}
+		if last[r.Partition] == nil {
+			last[r.Partition] = map[string]int{}
+		}
+		if v < last[r.Partition][s] || v > versions[s] {
+			t.Fatalf("task %d: reading %s saw version %d of %s after version %d (versions written: %d)", r.Partition, r.Key, v, s, last[r.Partition][s], versions[s])
+		}
+		last[r.Partition][s] = v
+	}
+	if len(seen) != readings || saw < readings/2 {
+		t.Fatalf("%d of %d readings emitted, %d with a row", len(seen), readings, saw)
+	}
+	t.Logf("%d readings, each once, %d with a row; versions seen per task only move forward; %d aborted checkpoints", readings, saw, every.Fired())
+}
