@@ -52,7 +52,7 @@ func newDemo(ctx context.Context, cfg *config.Config, seeds []string, log *slog.
 	d := &demoRun{cfg: cfg, log: log.With("component", "demo"), cl: cl, adm: kadm.NewClient(cl)}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for _, t := range []struct{ path, topic string }{{"demo.topic", cfg.Demo.Topic}, {"demo.payments_topic", cfg.Demo.PaymentsTopic}, {"demo.customers_topic", cfg.Demo.CustomersTopic}} {
+	for _, t := range []struct{ path, topic string }{{"demo.topic", cfg.Demo.Topic}, {"demo.payments_topic", cfg.Demo.PaymentsTopic}, {"demo.customers_topic", cfg.Demo.CustomersTopic}, {"demo.limits_topic", cfg.Demo.LimitsTopic}} {
 		if t.topic == "" {
 			continue
 		}
@@ -181,6 +181,17 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string, topics []string
 		d.cl.Produce(ctx, r, promise)
 		d.sent++
 	}
+	limit := func(id, max int) {
+		s := fmt.Sprintf("sensor-%02d", id)
+		v, _ := json.Marshal(map[string]any{"sensor": s, "max": max})
+		d.cl.Produce(ctx, &kgo.Record{Topic: dc.LimitsTopic, Key: []byte(s), Value: v}, promise)
+		d.sent++
+	}
+	if dc.LimitsTopic != "" {
+		for id := range dc.Sensors {
+			limit(id, 30)
+		}
+	}
 	if dc.Kind == "orders" && dc.CustomersTopic != "" {
 		for id := range dc.Sensors {
 			row(id, demoEpoch-time.Minute.Milliseconds(), false)
@@ -229,6 +240,9 @@ func (d *demoRun) feedAndWait(ctx context.Context, group string, topics []string
 			value, _ = json.Marshal(click{User: sensor, Page: pages[rng.IntN(len(pages))], TS: times.next(i), Seq: i})
 		default:
 			value, _ = json.Marshal(reading{Sensor: sensor, Temperature: 10 + rng.Float64()*25, TS: times.next(i), Seq: i})
+			if dc.LimitsTopic != "" && i%1000 == 999 {
+				limit(rng.IntN(dc.Sensors), 20+rng.IntN(15))
+			}
 		}
 		d.cl.Produce(ctx, &kgo.Record{Topic: dc.Topic, Key: []byte(sensor), Value: value}, promise)
 		d.sent++
@@ -287,7 +301,7 @@ func (d *demoRun) consumed(ctx context.Context, group string, topics []string) (
 		if from >= o.Offset {
 			continue
 		}
-		if o.Topic == d.cfg.Demo.Topic || o.Topic == d.cfg.Demo.PaymentsTopic || o.Topic == d.cfg.Demo.CustomersTopic {
+		if o.Topic == d.cfg.Demo.Topic || o.Topic == d.cfg.Demo.PaymentsTopic || o.Topic == d.cfg.Demo.CustomersTopic || o.Topic == d.cfg.Demo.LimitsTopic {
 			return false, nil
 		}
 		pending := 0

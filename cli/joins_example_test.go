@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"encoding/json"
+	"slices"
 	"testing"
 )
 
@@ -189,4 +190,74 @@ func TestEnrichExample(t *testing.T) {
 		t.Fatalf("%d of %d orders enriched, tiers %v: the example shows too little", len(seen), len(orders), tiers)
 	}
 	t.Logf("%d of %d orders enriched, each with its customer's row at its time: %v", len(seen), len(orders), tiers)
+}
+
+// TestThresholdsExample runs examples/thresholds.yaml, whose limits change
+// while readings flow: which limit a reading meets depends on when its
+// task applied the changes, so each alert is checked against the limits
+// the feeder wrote: a reading it wrote, above a limit its sensor had, each
+// once; and within a task (the readings' partition, which alerts keep:
+// both are keyed by sensor) a sensor's limits only move forward.
+func TestThresholdsExample(t *testing.T) {
+	read := runExample(t, "thresholds.yaml", map[string]string{"records: 20000": "records: 12000"})
+	type reading struct {
+		Sensor      string  `json:"sensor"`
+		Temperature float64 `json:"temperature"`
+		Seq         int     `json:"seq"`
+	}
+	readings := map[int]reading{}
+	for _, r := range read("sensor-readings") {
+		var in reading
+		if json.Unmarshal(r.Value, &in) == nil && in.Sensor != "" {
+			readings[in.Seq] = in
+		}
+	}
+	versions := map[string][]float64{} // per sensor, its limits in the order written
+	for _, r := range read("sensor-limits") {
+		var l struct {
+			Sensor string  `json:"sensor"`
+			Max    float64 `json:"max"`
+		}
+		if err := json.Unmarshal(r.Value, &l); err != nil {
+			t.Fatal(err)
+		}
+		versions[l.Sensor] = append(versions[l.Sensor], l.Max)
+	}
+	type alert struct {
+		Sensor      string  `json:"sensor"`
+		Temperature float64 `json:"temperature"`
+		Max         float64 `json:"max"`
+		Seq         int     `json:"seq"`
+	}
+	seen := map[int]bool{}
+	at := map[int32]map[string]int{} // per task and sensor, the index of the limit seen last
+	for _, r := range read("sensor-alerts") {
+		var a alert
+		if err := json.Unmarshal(r.Value, &a); err != nil {
+			t.Fatal(err)
+		}
+		in, ok := readings[a.Seq]
+		if !ok || seen[a.Seq] || in.Sensor != a.Sensor || in.Temperature != a.Temperature || a.Temperature <= a.Max {
+			t.Fatalf("alert %s: reading %+v (written: %v, alerted before: %v)", r.Value, in, ok, seen[a.Seq])
+		}
+		seen[a.Seq] = true
+		if at[r.Partition] == nil {
+			at[r.Partition] = map[string]int{}
+		}
+		// The limit it met is a version its sensor had, not before the
+		// one this task met last.
+		i := slices.Index(versions[a.Sensor][at[r.Partition][a.Sensor]:], a.Max)
+		if i < 0 {
+			t.Fatalf("alert %s: limit %v is no version of %s's limit at or after the one met before (versions %v)", r.Value, a.Max, a.Sensor, versions[a.Sensor])
+		}
+		at[r.Partition][a.Sensor] += i
+	}
+	changed := 0
+	for _, v := range versions {
+		changed += len(v) - 1
+	}
+	if len(seen) < 1000 || changed < 5 {
+		t.Fatalf("%d alerts and %d limit changes: the example shows too little", len(seen), changed)
+	}
+	t.Logf("%d alerts over %d readings, each above a limit its sensor had, as %d limit changes came", len(seen), len(readings), changed)
 }

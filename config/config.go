@@ -262,6 +262,10 @@ type Demo struct {
 	// stamped with their event time; tombstones delete). Either or both
 	// may be empty.
 	PaymentsTopic, CustomersTopic string
+	// LimitsTopic is where the readings feeder writes each sensor's
+	// temperature limit, {sensor, max} keyed by sensor, before the first
+	// reading and changed now and then while it writes them.
+	LimitsTopic string
 	// TimeStep is how far the event time (the records' ts) moves per
 	// record; 0: the wall clock. With it, a run of a few seconds spans
 	// hours of event time, for windows.

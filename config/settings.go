@@ -91,6 +91,7 @@ func (c *Config) settings() []setting {
 		{"demo.kind", &c.Demo.Kind, nil},
 		{"demo.payments_topic", &c.Demo.PaymentsTopic, nil},
 		{"demo.customers_topic", &c.Demo.CustomersTopic, nil},
+		{"demo.limits_topic", &c.Demo.LimitsTopic, nil},
 		{"demo.time_step", &c.Demo.TimeStep, time.Duration(0)},
 		{"demo.out_of_order", &c.Demo.OutOfOrder, 0},
 		{"demo.disorder", &c.Demo.Disorder, time.Duration(0)},

@@ -496,6 +496,15 @@ func (k *checker) demo() {
 			k.demoTopic(t.path, t.topic)
 		}
 	}
+	switch {
+	case d.LimitsTopic == "":
+	case d.Kind != "" && d.Kind != "readings":
+		k.errorf("demo.limits_topic", "only with demo.kind readings: the limits are the sensors'")
+	case d.LimitsTopic == d.Topic:
+		k.errorf("demo.limits_topic", "must not be demo.topic (%q): readings and limits go to topics of their own", d.Topic)
+	default:
+		k.demoTopic("demo.limits_topic", d.LimitsTopic)
+	}
 	if d.PaymentsTopic != "" && d.PaymentsTopic == d.CustomersTopic {
 		k.errorf("demo.customers_topic", "must not be demo.payments_topic (%q)", d.PaymentsTopic)
 	}

@@ -25,7 +25,7 @@ func (g *Graph) Summary() string {
 				from[i] = in.String()
 			}
 			if n.repart != nil {
-				parts = append(parts, fmt.Sprintf("key_by %s<-%s->%s", strings.TrimSuffix(n.name, ".repartition"), strings.Join(from, "+"), n.repart.topic))
+				parts = append(parts, fmt.Sprintf("%s %s<-%s->%s", n.op, strings.TrimSuffix(n.name, ".repartition"), strings.Join(from, "+"), n.repart.topic))
 				continue
 			}
 			parts = append(parts, fmt.Sprintf("%s %s<-%s", n.op, n.name, strings.Join(from, "+")))
