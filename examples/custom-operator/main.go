@@ -1,6 +1,7 @@
-// Command custom-operator is the pipeline command with one more operator
-// kind, mask, which replaces chosen fields of a JSON value with a fixed
-// string before the record leaves the pipeline:
+// Command custom-operator is the pipeline command with two more operator
+// kinds: limit_check (limit.go), a keyed step over two streams, and mask,
+// which replaces chosen fields of a JSON value with a fixed string before
+// the record leaves the pipeline:
 //
 //	steps:
 //	  - mask: {fields: [email, card.number], with: "***"}
@@ -26,9 +27,11 @@ import (
 
 func main() {
 	reg := ops.NewRegistry() // the built-in operators
-	if err := reg.Register("mask", newMask); err != nil {
-		fmt.Fprintln(os.Stderr, "custom-operator:", err)
-		os.Exit(cli.ExitFailure)
+	for kind, f := range map[string]pipeline.Factory{"mask": newMask, "limit_check": newLimitCheck} {
+		if err := reg.Register(kind, f); err != nil {
+			fmt.Fprintln(os.Stderr, "custom-operator:", err)
+			os.Exit(cli.ExitFailure)
+		}
 	}
 	os.Exit(cli.Main(os.Args[1:], reg))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/pipeline-run/pipeline/pipeline/ops"
 	"github.com/pipeline-run/pipeline/pipeline/optest"
+	"github.com/pipeline-run/pipeline/pipeline/state"
 	"github.com/pipeline-run/pipeline/runner"
 )
 
@@ -277,5 +278,49 @@ dead_letter: {topic: people-dlq}
 	}
 	if len(got["people-dlq"]) != 1 || got["people-dlq"][0] != in[2] {
 		t.Errorf("people-dlq: got %q, want %q", got["people-dlq"], in[2:])
+	}
+}
+
+// TestLimitCheck drives the two-input operator with optest's Context over
+// a memory state store: limits of the first input, readings of the second.
+func TestLimitCheck(t *testing.T) {
+	def := &limitCheck{field: "temp"}
+	st, err := state.Open(state.NewMemory(), "t/alerts", 0, def.Fingerprint(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := def.NewStatefulOperator(0, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := optest.NewContext(t)
+	rec := func(key, value string) *pipeline.Record {
+		return &pipeline.Record{Key: pipeline.RawValue([]byte(key), pipeline.String), Value: pipeline.RawValue([]byte(value), pipeline.JSON)}
+	}
+	for _, step := range []struct {
+		input      int
+		key, value string
+		alert      bool
+	}{
+		{1, "s1", `{"temp": 40}`, false}, // no limit yet
+		{0, "s1", `{"max": 30}`, false},
+		{1, "s1", `{"temp": 25}`, false},
+		{1, "s1", `{"temp": 31.5}`, true},
+		{1, "s2", `{"temp": 99}`, false}, // another key: no limit
+		{0, "s1", `{"max": 35}`, false},
+		{1, "s1", `{"temp": 31.5}`, false},
+	} {
+		ctx.Reset()
+		ctx.In = step.input
+		if err := op.Process(ctx, rec(step.key, step.value)); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(ctx.All()); got != map[bool]int{false: 0, true: 1}[step.alert] {
+			t.Fatalf("input %d %s %s: %d records emitted, want alert %v", step.input, step.key, step.value, got, step.alert)
+		}
+	}
+	ctx.In = 0
+	if err := op.Process(ctx, rec("s1", `{"max": "high"}`)); err == nil {
+		t.Fatal("a limit that is not a number was taken")
 	}
 }
