@@ -324,6 +324,12 @@ func Build(cfg *config.Config, reg *pipeline.Registry) (*Graph, error) {
 		if by := rekeyedBy(n); by != nil {
 			errf(n.path, "its records were re-keyed by step %q (%s); keyed state needs records partitioned by their key: re-key with a key_by step, which moves each record to the task owning its new key", by.name, by.path)
 		}
+		// A broadcast join looks up a table every task holds whole: its
+		// second input must reach every task.
+		if n.op == "broadcast_join" && len(n.inputs) == 2 && !g.isBroadcast(n.inputs[1].node) {
+			errf(n.path, "its second input, %s, is not a broadcast step: each task would hold only the rows of its own partition. Put a broadcast step in between (- {name: %s_everywhere, from: %s, broadcast: {}})",
+				n.inputs[1].node.name, n.inputs[1].node.name, n.inputs[1].String())
+		}
 	}
 
 	// audit.source_positions stamps each sink record with the one input it
@@ -437,4 +443,11 @@ func (g *Graph) streamNames() []string {
 		}
 	}
 	return out
+}
+
+// isBroadcast reports whether n is what a broadcast step's records come
+// back through: the source reading its internal topic.
+func (g *Graph) isBroadcast(n *node) bool {
+	w := g.byName[n.name+".repartition"]
+	return n.kind == sourceNode && n.internal && w != nil && w.repart != nil && w.repart.broadcast
 }

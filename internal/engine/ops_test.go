@@ -343,6 +343,10 @@ func TestBuildErrorsNameTheYAMLPath(t *testing.T) {
 			"steps[1].broadcast_join (line 6): a broadcast join reads two streams",
 			`steps[1].broadcast_join.type (line 6): must be inner`},
 	}, {
+		name: "a broadcast join's table must come through a broadcast step",
+		body: "sources: {in: {topics: [in]}, limits: {topics: [limits]}}\nsteps:\n  - {from: [in, limits], broadcast_join: {key: value.sensor}}\nsinks: {out: {topic: out}}\n",
+		want: []string{"steps[0] (line 5): its second input, limits, is not a broadcast step", "broadcast: {}"},
+	}, {
 		name: "a source's event time expression is compiled",
 		body: "sources: {in: {topics: [in], event_time: {from: \"value.ts +\"}}}\nsinks: {out: {topic: out}}\n",
 		want: []string{"sources.in.event_time.from (line 3)"},

@@ -144,6 +144,9 @@ func (o *repartitionOp) Process(ctx pipeline.Context, r *pipeline.Record) error 
 		o.prod(kr)
 		return nil
 	}
+	if o.copies <= 0 {
+		return fmt.Errorf("broadcast: the partitions of %s are not known", o.def.topic)
+	}
 	for p := range o.copies {
 		c := kr
 		if p < o.copies-1 {
