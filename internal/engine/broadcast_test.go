@@ -255,3 +255,60 @@ func TestBroadcastRowsRacingTheStream(t *testing.T) {
 	}
 	t.Logf("%d readings, each once, %d with a row; versions seen per task only move forward; %d aborted checkpoints", readings, saw, every.Fired())
 }
+
+// TestABroadcastTableNeedsNoCoPartitioning: a table topic with more
+// partitions than the stream is broadcast to as many, and every reading
+// still finds its row.
+func TestABroadcastTableNeedsNoCoPartitioning(t *testing.T) {
+	k := testkit.NewKafka(t)
+	k.Topic("left", 2)
+	k.Topic("right", 5)
+	k.Topic("out", 2)
+	k.Topic("dlq", 2)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var rows []*kgo.Record
+	for i := range 10 {
+		rows = append(rows, &kgo.Record{Topic: "right", Key: fmt.Appendf(nil, "s%d", i), Value: fmt.Appendf(nil, `{"sensor": "s%d", "max": %d}`, i, 20+i)})
+	}
+	if err := cl.ProduceSync(ctx, rows...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p := newPipeline(t, k, broadcasted, nil)
+	stop := testkit.Start(t, p)
+	if err := k.WaitSettled(ctx, "t", "left", "right", wire.RepartitionTopic("t", "everywhere")); err != nil {
+		t.Fatal(err)
+	}
+	var readings []*kgo.Record
+	for i := range 200 {
+		readings = append(readings, &kgo.Record{Topic: "left", Key: fmt.Appendf(nil, "r%d", i), Value: fmt.Appendf(nil, `{"sensor": "s%d", "n": %d}`, i%10, i)})
+	}
+	if err := cl.ProduceSync(ctx, readings...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	werr := k.WaitSettled(ctx, "t", "left", "right", wire.RepartitionTopic("t", "everywhere"))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	out := k.ReadAll("out")
+	for _, r := range out {
+		x, err := codec.DecodeJSON(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.(map[string]any)["right"] == nil {
+			t.Fatalf("%s found no row", r.Value)
+		}
+	}
+	if len(out) != 200 {
+		t.Fatalf("%d results, want 200", len(out))
+	}
+}

@@ -129,7 +129,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 	// key only if every stream puts that key in the same partition number.
 	for _, n := range g.nodes {
 		if n.stateful() != nil && len(n.inputs) > 1 {
-			if err := coPartitioned(n, parts); err != nil {
+			if err := coPartitioned(g, n, parts); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -205,9 +205,17 @@ func stepTasks(n *node, parts map[string]int32) (int32, []string) {
 
 // coPartitioned checks that the topics the streams of step n come from
 // have one partition count.
-func coPartitioned(n *node, parts map[string]int32) error {
-	_, topics := stepTasks(n, parts)
-	for _, t := range topics[1:] {
+func coPartitioned(g *Graph, n *node, parts map[string]int32) error {
+	_, all := stepTasks(n, parts)
+	// A broadcast step's topic holds every record in every partition:
+	// any partition count serves.
+	var topics []string
+	for _, t := range all {
+		if src := g.byTopic[t]; src == nil || !g.isBroadcast(src) {
+			topics = append(topics, t)
+		}
+	}
+	for _, t := range topics[min(1, len(topics)):] {
 		if parts[t] != parts[topics[0]] {
 			var have []string
 			for _, t := range topics {
