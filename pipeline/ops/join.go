@@ -43,7 +43,7 @@ import (
 type intervalJoin struct {
 	lower, upper int64 // milliseconds
 	kind         string
-	lateOut      bool
+	lateOut      lateData
 	fp           string
 }
 
@@ -86,23 +86,12 @@ func newIntervalJoin(s *pipeline.Spec) (pipeline.Definition, error) {
 	default:
 		s.Errorf(".type", "must be inner (pairs only), left (and left records that found no pair) or outer (and records of either side that found none), found %q", js.Type)
 	}
-	switch js.Late {
-	case "", "drop":
-	case "output":
-		j.lateOut = true
-	default:
-		s.Errorf(".late", "must be drop (the default: count and log late records) or output (send them to %s.late), found %q", s.Name, js.Late)
-	}
+	j.lateOut = parseLate(s, js.Late)
 	j.fp = fmt.Sprintf("interval_join:v1:%d:%d:%s", j.lower, j.upper, j.kind)
 	return j, nil
 }
 
-func (j *intervalJoin) Outputs() []string {
-	if j.lateOut {
-		return []string{"late"}
-	}
-	return nil
-}
+func (j *intervalJoin) Outputs() []string { return j.lateOut.outputs() }
 
 func (j *intervalJoin) Fingerprint() string { return j.fp }
 func (j *intervalJoin) UsesEventTime() bool { return true }
@@ -117,11 +106,7 @@ func (j *intervalJoin) NewOperator(pipeline.TaskID) (pipeline.Operator, error) {
 }
 
 func (j *intervalJoin) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pipeline.Operator, error) {
-	buf, err := state.NewMap[joinEntry](st, "records", state.TTLConfig{}, state.WithCodec[joinEntry](joinEntryCodec{}))
-	if err != nil {
-		return nil, err
-	}
-	tm, err := state.NewTimers(st, "timers")
+	buf, tm, err := joinState(st)
 	if err != nil {
 		return nil, err
 	}
@@ -183,11 +168,7 @@ func (o *intervalJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error
 	}
 	ts, wm := r.Timestamp.UnixMilli(), watermarkOf(ctx)
 	if ts < wm {
-		if o.def.lateOut {
-			ctx.EmitTo("late", r)
-		} else {
-			ctx.DropLate(r)
-		}
+		o.def.lateOut.send(ctx, r)
 		return nil
 	}
 	value, err := jsonOf(&r.Value)

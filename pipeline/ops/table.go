@@ -36,7 +36,7 @@ import (
 // to the late output, or counted and dropped.
 type tableJoin struct {
 	left    bool
-	lateOut bool
+	lateOut lateData
 	fp      string
 }
 
@@ -61,23 +61,12 @@ func newTableJoin(s *pipeline.Spec) (pipeline.Definition, error) {
 	default:
 		s.Errorf(".type", "must be inner (records whose key has a row) or left (every record, \"right\": null without a row), found %q", ts.Type)
 	}
-	switch ts.Late {
-	case "", "drop":
-	case "output":
-		j.lateOut = true
-	default:
-		s.Errorf(".late", "must be drop (the default: count and log late records) or output (send them to %s.late), found %q", s.Name, ts.Late)
-	}
+	j.lateOut = parseLate(s, ts.Late)
 	j.fp = fmt.Sprintf("table_join:v1:%v", j.left)
 	return j, nil
 }
 
-func (j *tableJoin) Outputs() []string {
-	if j.lateOut {
-		return []string{"late"}
-	}
-	return nil
-}
+func (j *tableJoin) Outputs() []string { return j.lateOut.outputs() }
 
 func (j *tableJoin) Fingerprint() string { return j.fp }
 func (j *tableJoin) UsesEventTime() bool { return true }
@@ -92,11 +81,7 @@ func (j *tableJoin) NewOperator(pipeline.TaskID) (pipeline.Operator, error) {
 }
 
 func (j *tableJoin) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pipeline.Operator, error) {
-	buf, err := state.NewMap[joinEntry](st, "records", state.TTLConfig{}, state.WithCodec[joinEntry](joinEntryCodec{}))
-	if err != nil {
-		return nil, err
-	}
-	tm, err := state.NewTimers(st, "timers")
+	buf, tm, err := joinState(st)
 	if err != nil {
 		return nil, err
 	}
@@ -131,11 +116,7 @@ func (o *tableJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	}
 	ts, wm := r.Timestamp.UnixMilli(), watermarkOf(ctx)
 	if ts < wm {
-		if o.def.lateOut {
-			ctx.EmitTo("late", r)
-		} else {
-			ctx.DropLate(r)
-		}
+		o.def.lateOut.send(ctx, r)
 		return nil
 	}
 	e := joinEntry{ts: ts}

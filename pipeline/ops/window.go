@@ -46,7 +46,7 @@ type window struct {
 	slide    int64  // sliding
 	lateness int64
 	early    time.Duration // 0: emit at close only
-	lateOut  bool
+	lateOut  lateData
 	procTime bool // windows of the processing time, not the event time
 	fields   []aggField
 	fp       string
@@ -142,13 +142,7 @@ func newWindow(s *pipeline.Spec) (pipeline.Definition, error) {
 	default:
 		s.Errorf(".time", "must be event (the default: the records' event time, see the source's event_time) or processing (the wall clock), found %q", ws.Time)
 	}
-	switch ws.Late {
-	case "", "drop":
-	case "output":
-		w.lateOut = true
-	default:
-		s.Errorf(".late", "must be drop (the default: count and log late records) or output (send them to %s.late), found %q", s.Name, ws.Late)
-	}
+	w.lateOut = parseLate(s, ws.Late)
 	if len(ws.Fields) == 0 {
 		s.Errorf(".fields", "required: at least one aggregation, e.g. {n: count}")
 		return nil, nil
@@ -179,12 +173,7 @@ func durationOf(x any) (time.Duration, error) {
 	return 0, fmt.Errorf("expected a duration such as 10s, found %s", pipeline.Describe(x))
 }
 
-func (w *window) Outputs() []string {
-	if w.lateOut {
-		return []string{"late"}
-	}
-	return nil
-}
+func (w *window) Outputs() []string { return w.lateOut.outputs() }
 
 func (w *window) Fingerprint() string { return w.fp }
 func (w *window) UsesEventTime() bool { return !w.procTime }
@@ -473,13 +462,7 @@ func (o *windowOp) merge(a, b map[string]any) map[string]any {
 }
 
 // late handles a record whose every window is gone.
-func (o *windowOp) late(ctx pipeline.Context, r *pipeline.Record) {
-	if o.def.lateOut {
-		ctx.EmitTo("late", r)
-		return
-	}
-	ctx.DropLate(r)
-}
+func (o *windowOp) late(ctx pipeline.Context, r *pipeline.Record) { o.def.lateOut.send(ctx, r) }
 
 // OnTimer closes key's windows the watermark passed, drops those past
 // their lateness, and emits early results of open windows that changed.

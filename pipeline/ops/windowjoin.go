@@ -36,7 +36,7 @@ import (
 type windowJoin struct {
 	win     window // kind, size, slide
 	kind    string // inner, left, outer; co_group
-	lateOut bool
+	lateOut lateData
 	group   *pipeline.Expr // co_group's value: nil for the group itself
 	fp      string
 }
@@ -131,13 +131,7 @@ func newWindowed(s *pipeline.Spec, group bool) (pipeline.Definition, error) {
 	default:
 		s.Errorf(".type", "must be inner (pairs only), left (and left records that found no pair) or outer (and records of either side that found none), found %q", ws.Type)
 	}
-	switch ws.Late {
-	case "", "drop":
-	case "output":
-		j.lateOut = true
-	default:
-		s.Errorf(".late", "must be drop (the default: count and log late records) or output (send them to %s.late), found %q", s.Name, ws.Late)
-	}
+	j.lateOut = parseLate(s, ws.Late)
 	j.fp = fmt.Sprintf("window_join:v1:%s:%d:%d:%s", j.win.kind, j.win.size, j.win.slide, j.kind)
 	if group {
 		j.fp = fmt.Sprintf("co_group:v1:%s:%d:%d", j.win.kind, j.win.size, j.win.slide)
@@ -145,12 +139,7 @@ func newWindowed(s *pipeline.Spec, group bool) (pipeline.Definition, error) {
 	return j, nil
 }
 
-func (j *windowJoin) Outputs() []string {
-	if j.lateOut {
-		return []string{"late"}
-	}
-	return nil
-}
+func (j *windowJoin) Outputs() []string { return j.lateOut.outputs() }
 
 func (j *windowJoin) Fingerprint() string { return j.fp }
 func (j *windowJoin) UsesEventTime() bool { return true }
@@ -165,11 +154,7 @@ func (j *windowJoin) NewOperator(pipeline.TaskID) (pipeline.Operator, error) {
 }
 
 func (j *windowJoin) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pipeline.Operator, error) {
-	buf, err := state.NewMap[joinEntry](st, "records", state.TTLConfig{}, state.WithCodec[joinEntry](joinEntryCodec{}))
-	if err != nil {
-		return nil, err
-	}
-	tm, err := state.NewTimers(st, "timers")
+	buf, tm, err := joinState(st)
 	if err != nil {
 		return nil, err
 	}
@@ -231,13 +216,7 @@ func (o *windowJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	return nil
 }
 
-func (o *windowJoinOp) late(ctx pipeline.Context, r *pipeline.Record) {
-	if o.def.lateOut {
-		ctx.EmitTo("late", r)
-	} else {
-		ctx.DropLate(r)
-	}
-}
+func (o *windowJoinOp) late(ctx pipeline.Context, r *pipeline.Record) { o.def.lateOut.send(ctx, r) }
 
 // sideMeta marks a session's own entry: its end, as the entry's time.
 const sideMeta = 'M'
