@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -112,12 +111,7 @@ func TestBroadcastJoinMatchesTheOracle(t *testing.T) {
 	run()
 	readings(400)
 	every := testkit.NewEveryNth(3)
-	run(WithBeforeCommit(func(cp Checkpoint) error {
-		if cp.Records > 0 && every.Hit() {
-			return errors.New("injected")
-		}
-		return nil
-	}))
+	run(abortEvery(every))
 	if every.Fired() == 0 {
 		t.Fatal("no checkpoint was aborted")
 	}
@@ -184,12 +178,7 @@ func TestBroadcastRowsRacingTheStream(t *testing.T) {
 	defer cl.Close()
 	const readings, sensors = 6000, 8
 	every := testkit.NewEveryNth(3)
-	p := newPipeline(t, k, broadcasted, nil, WithBeforeCommit(func(cp Checkpoint) error {
-		if cp.Records > 0 && every.Hit() {
-			return errors.New("injected")
-		}
-		return nil
-	}))
+	p := newPipeline(t, k, broadcasted, nil, abortEvery(every))
 	stop := testkit.Start(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

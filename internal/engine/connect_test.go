@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -124,12 +123,7 @@ func TestConnectMatchesTheOracle(t *testing.T) {
 	run()
 	readings(300)
 	every := testkit.NewEveryNth(3)
-	run(WithBeforeCommit(func(cp Checkpoint) error {
-		if cp.Records > 0 && every.Hit() {
-			return errors.New("injected")
-		}
-		return nil
-	}))
+	run(abortEvery(every))
 	if every.Fired() == 0 {
 		t.Fatal("no checkpoint was aborted")
 	}

@@ -193,31 +193,15 @@ func TestIntervalJoinsMatchTheOracle(t *testing.T) {
 			if tc.pebble {
 				body += fmt.Sprintf("state: {backend: pebble, dir: %q}\n", t.TempDir())
 			}
-			half := func(parts [][]event, second bool) [][]event {
-				out := make([][]event, len(parts))
-				for p := range parts {
-					if second {
-						out[p] = parts[p][len(parts[p])/2:]
-					} else {
-						out[p] = parts[p][:len(parts[p])/2]
-					}
-				}
-				return out
-			}
-			produceEvents(t, k, "left", half(left, false))
-			produceEvents(t, k, "right", half(right, false))
+			produceEvents(t, k, "left", firstHalf(left))
+			produceEvents(t, k, "right", firstHalf(right))
 			every := testkit.NewEveryNth(3)
-			runJoin(t, k, body, WithBeforeCommit(func(cp Checkpoint) error {
-				if cp.Records > 0 && every.Hit() {
-					return errors.New("injected")
-				}
-				return nil
-			}))
+			runJoin(t, k, body, abortEvery(every))
 			if every.Fired() == 0 {
 				t.Fatal("no checkpoint was aborted")
 			}
-			produceEvents(t, k, "left", half(left, true))
-			produceEvents(t, k, "right", half(right, true))
+			produceEvents(t, k, "left", secondHalf(left))
+			produceEvents(t, k, "right", secondHalf(right))
 			second := runJoin(t, k, body)
 			got := joinResults(t, k, "out")
 			if !slices.Equal(got, want) {
@@ -249,6 +233,34 @@ func TestIntervalJoinsMatchTheOracle(t *testing.T) {
 			t.Logf("%s join: %d pairs, %d unmatched results, %d aborted checkpoints, 12 late records", tc.kind, pairs, alone, every.Fired())
 		})
 	}
+}
+
+// abortEvery fails, before its commit, every checkpoint that holds records
+// and on which every fires.
+func abortEvery(every *testkit.EveryNth) Option {
+	return WithBeforeCommit(func(cp Checkpoint) error {
+		if cp.Records > 0 && every.Hit() {
+			return errors.New("injected")
+		}
+		return nil
+	})
+}
+
+// firstHalf and secondHalf split each partition's events in two.
+func firstHalf(parts [][]event) [][]event {
+	out := make([][]event, len(parts))
+	for p := range parts {
+		out[p] = parts[p][:len(parts[p])/2]
+	}
+	return out
+}
+
+func secondHalf(parts [][]event) [][]event {
+	out := make([][]event, len(parts))
+	for p := range parts {
+		out[p] = parts[p][len(parts[p])/2:]
+	}
+	return out
 }
 
 // diff fails t with the first differences between got and want, both

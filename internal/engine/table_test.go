@@ -153,31 +153,15 @@ func TestTableJoinsMatchTheOracle(t *testing.T) {
 			if tc.pebble {
 				body += fmt.Sprintf("state: {backend: pebble, dir: %q}\n", t.TempDir())
 			}
-			half := func(parts [][]event, second bool) [][]event {
-				out := make([][]event, len(parts))
-				for p := range parts {
-					if second {
-						out[p] = parts[p][len(parts[p])/2:]
-					} else {
-						out[p] = parts[p][:len(parts[p])/2]
-					}
-				}
-				return out
-			}
-			produceTimed(t, k, "left", half(stream, false))
-			produceTimed(t, k, "right", half(table, false))
+			produceTimed(t, k, "left", firstHalf(stream))
+			produceTimed(t, k, "right", firstHalf(table))
 			every := testkit.NewEveryNth(3)
-			runJoin(t, k, body, WithBeforeCommit(func(cp Checkpoint) error {
-				if cp.Records > 0 && every.Hit() {
-					return fmt.Errorf("injected")
-				}
-				return nil
-			}))
+			runJoin(t, k, body, abortEvery(every))
 			if every.Fired() == 0 {
 				t.Fatal("no checkpoint was aborted")
 			}
-			produceTimed(t, k, "left", half(stream, true))
-			produceTimed(t, k, "right", half(table, true))
+			produceTimed(t, k, "left", secondHalf(stream))
+			produceTimed(t, k, "right", secondHalf(table))
 			second := runJoin(t, k, body)
 			got := tableResults(t, k)
 			if !slices.Equal(got, want) {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -160,31 +159,15 @@ func TestWindowJoinsMatchTheOracle(t *testing.T) {
 			if tc.pebble {
 				body += fmt.Sprintf("state: {backend: pebble, dir: %q}\n", t.TempDir())
 			}
-			half := func(parts [][]event, second bool) [][]event {
-				out := make([][]event, len(parts))
-				for p := range parts {
-					if second {
-						out[p] = parts[p][len(parts[p])/2:]
-					} else {
-						out[p] = parts[p][:len(parts[p])/2]
-					}
-				}
-				return out
-			}
-			produceEvents(t, k, "left", half(left, false))
-			produceEvents(t, k, "right", half(right, false))
+			produceEvents(t, k, "left", firstHalf(left))
+			produceEvents(t, k, "right", firstHalf(right))
 			every := testkit.NewEveryNth(3)
-			runJoin(t, k, body, WithBeforeCommit(func(cp Checkpoint) error {
-				if cp.Records > 0 && every.Hit() {
-					return errors.New("injected")
-				}
-				return nil
-			}))
+			runJoin(t, k, body, abortEvery(every))
 			if every.Fired() == 0 {
 				t.Fatal("no checkpoint was aborted")
 			}
-			produceEvents(t, k, "left", half(left, true))
-			produceEvents(t, k, "right", half(right, true))
+			produceEvents(t, k, "left", secondHalf(left))
+			produceEvents(t, k, "right", secondHalf(right))
 			runJoin(t, k, body)
 			if got := windowJoinResults(t, k, tc.size); !slices.Equal(got, want) {
 				diff(t, got, want)
@@ -292,28 +275,12 @@ func TestCoGroupsMatchTheOracle(t *testing.T) {
 			}
 			body := strings.Replace(fmt.Sprintf(windowJoined, bound, tc.spec+tc.value, "inner"), "window_join: {", "co_group: {", 1)
 			body = strings.Replace(body, ", type: inner", "", 1)
-			half := func(parts [][]event, second bool) [][]event {
-				out := make([][]event, len(parts))
-				for p := range parts {
-					if second {
-						out[p] = parts[p][len(parts[p])/2:]
-					} else {
-						out[p] = parts[p][:len(parts[p])/2]
-					}
-				}
-				return out
-			}
-			produceEvents(t, k, "left", half(left, false))
-			produceEvents(t, k, "right", half(right, false))
+			produceEvents(t, k, "left", firstHalf(left))
+			produceEvents(t, k, "right", firstHalf(right))
 			every := testkit.NewEveryNth(3)
-			runJoin(t, k, body, WithBeforeCommit(func(cp Checkpoint) error {
-				if cp.Records > 0 && every.Hit() {
-					return errors.New("injected")
-				}
-				return nil
-			}))
-			produceEvents(t, k, "left", half(left, true))
-			produceEvents(t, k, "right", half(right, true))
+			runJoin(t, k, body, abortEvery(every))
+			produceEvents(t, k, "left", secondHalf(left))
+			produceEvents(t, k, "right", secondHalf(right))
 			runJoin(t, k, body)
 			var got []string
 			for _, r := range k.ReadAll("out") {
@@ -445,12 +412,7 @@ func TestSessionWindowJoinsMatchTheOracle(t *testing.T) {
 			produceEvents(t, k, "left", left)
 			produceEvents(t, k, "right", right)
 			every := testkit.NewEveryNth(3)
-			runJoin(t, k, body, WithBeforeCommit(func(cp Checkpoint) error {
-				if cp.Records > 0 && every.Hit() {
-					return errors.New("injected")
-				}
-				return nil
-			}))
+			runJoin(t, k, body, abortEvery(every))
 			var got []string
 			for _, r := range k.ReadAll("out") {
 				x, err := codec.DecodeJSON(r.Value)
