@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
@@ -59,33 +58,12 @@ func TestBroadcastJoinSurvivesRepeatedSIGKILL(t *testing.T) {
 				extra = fmt.Sprintf("state: {backend: pebble, dir: %q}\n", filepath.Join(e.logDir, "state"))
 			}
 			cfgPath := writeConfig(t, e, "broadcast.yaml", broadcastConfig(e, rows, partitions, "i1", extra))
-			rng := rand.New(rand.NewPCG(e2eSeed(t), 0))
 			span := time.Duration(kills)*maxStopDelay + 5*time.Second
 			rate := max(tableEvery, int(float64(records)/span.Seconds()))
 			inS := StartInput(t, e.seeds, InputSpec{Topic: e.input, Records: records, Keys: joinKeys, Rate: rate})
 			inR := StartInput(t, e.seeds, InputSpec{Topic: rows, Records: records / tableEvery, Keys: joinKeys, Rate: rate / tableEvery})
 			start := time.Now()
-			var last int64
-			for i := range kills {
-				p := e.startPipeline(cfgPath)
-				delay := minStopDelay + time.Duration(rng.Int64N(int64(maxStopDelay-minStopDelay)))
-				p.sleepOrExit(t.Context(), delay)
-				p.Kill()
-				var committed int64
-				WaitFor(t, 30*time.Second, "the group's committed offsets", func() (bool, string) {
-					c, _, err := e.committed()
-					committed = c
-					return err == nil, fmt.Sprint(err)
-				})
-				if committed >= int64(records) {
-					t.Fatalf("SIGKILL %d came after everything was committed", i+1)
-				}
-				t.Logf("SIGKILL %d/%d after %v: %d stream records committed (+%d)", i+1, kills, delay.Round(time.Millisecond), committed, committed-last)
-				last = committed
-			}
-			if last == 0 {
-				t.Fatal("nothing was committed across the kills: none hit a pipeline at work")
-			}
+			e.killRepeatedly(t, cfgPath, kills, records)
 			p := e.startPipeline(cfgPath)
 			inS.Wait(t)
 			inR.Wait(t)
@@ -181,27 +159,7 @@ func TestBroadcastJoinAcrossARebalance(t *testing.T) {
 	start := time.Now()
 	inS := StartInput(t, e.seeds, InputSpec{Topic: e.input, Records: records, Keys: joinKeys, Rate: records / 15})
 	inR := StartInput(t, e.seeds, InputSpec{Topic: rows, Records: records / tableEvery, Keys: joinKeys, Rate: records / 15 / tableEvery})
-	p1 := e.startPipeline(cfg1)
-	WaitFor(t, time.Minute, "the first instance to commit something", func() (bool, string) {
-		c, _, err := e.committed()
-		return err == nil && c > 0, fmt.Sprintf("committed %d (%v)", c, err)
-	})
-	p2 := e.startPipeline(cfg2)
-	WaitFor(t, time.Minute, "the second instance to restore state it took over", func() (bool, string) {
-		return fileContains(p2.LogPath(), "state restored"), "no restore in i2's log yet"
-	})
-	if c, _, _ := e.committed(); c >= int64(records) {
-		t.Fatalf("the second instance joined after the input was consumed: %d of %d committed", c, records)
-	}
-	p1.sleepOrExit(t.Context(), 2*time.Second)
-	p1.Kill()
-	if c, _, _ := e.committed(); c >= int64(records) {
-		t.Fatalf("the kill came after the input was consumed: %d of %d committed", c, records)
-	}
-	p1 = e.startPipeline(cfg1)
-	WaitFor(t, time.Minute, "the restarted first instance to restore its state", func() (bool, string) {
-		return fileContains(p1.LogPath(), "state restored"), "no restore in the restarted i1's log yet"
-	})
+	p1, p2 := e.oneTwoOne(t, cfg1, cfg2, records)
 	inS.Wait(t)
 	inR.Wait(t)
 	e.waitJoinCommitted(t, rows, p1, p2)

@@ -72,33 +72,12 @@ func runJoinKills(t *testing.T, backend string) {
 		extra = fmt.Sprintf("state: {backend: pebble, dir: %q}\n", filepath.Join(e.logDir, "state"))
 	}
 	cfgPath := writeConfig(t, e, "join.yaml", joinConfig(e, right, partitions, "i1", extra))
-	rng := rand.New(rand.NewPCG(e2eSeed(t), 0))
 	span := time.Duration(kills)*maxStopDelay + 5*time.Second
 	rate := max(1, int(float64(records)/span.Seconds()))
 	inL := StartInput(t, e.seeds, InputSpec{Topic: e.input, Records: records, Keys: joinKeys, Rate: rate})
 	inR := StartInput(t, e.seeds, InputSpec{Topic: right, Records: records, Keys: joinKeys, Rate: rate})
 	start := time.Now()
-	var last int64
-	for i := range kills {
-		p := e.startPipeline(cfgPath)
-		delay := minStopDelay + time.Duration(rng.Int64N(int64(maxStopDelay-minStopDelay)))
-		p.sleepOrExit(t.Context(), delay)
-		p.Kill()
-		var committed int64
-		WaitFor(t, 30*time.Second, "the group's committed offsets", func() (bool, string) {
-			c, _, err := e.committed()
-			committed = c
-			return err == nil, fmt.Sprint(err)
-		})
-		if committed >= int64(records) {
-			t.Fatalf("SIGKILL %d came after everything was committed", i+1)
-		}
-		t.Logf("SIGKILL %d/%d after %v: %d left records committed (+%d)", i+1, kills, delay.Round(time.Millisecond), committed, committed-last)
-		last = committed
-	}
-	if last == 0 {
-		t.Fatal("nothing was committed across the kills: none hit a pipeline at work")
-	}
+	e.killRepeatedly(t, cfgPath, kills, records)
 	p := e.startPipeline(cfgPath)
 	inL.Wait(t)
 	inR.Wait(t)
@@ -129,12 +108,30 @@ func TestIntervalJoinAcrossARebalance(t *testing.T) {
 	start := time.Now()
 	inL := StartInput(t, e.seeds, InputSpec{Topic: e.input, Records: records, Keys: joinKeys, Rate: records / 15})
 	inR := StartInput(t, e.seeds, InputSpec{Topic: right, Records: records, Keys: joinKeys, Rate: records / 15})
-	p1 := e.startPipeline(cfg1)
+	p1, p2 := e.oneTwoOne(t, cfg1, cfg2, records)
+	inL.Wait(t)
+	inR.Wait(t)
+	e.waitJoinCommitted(t, right, p1, p2)
+	p1.Term()
+	p2.Term()
+	n := checkJoin(t, e, right, records)
+	t.Logf("figures: %d records on each side, %d pairs, 1 → 2 → 1 instances with a SIGKILL, %v, every pair once",
+		records, n, time.Since(start).Round(time.Millisecond))
+}
+
+// oneTwoOne runs the pipeline on instance 1 (cfg1) until it commits, then
+// on 2 as well until the second has restored state it took over, then
+// SIGKILLs the first and starts it again until it has restored its own
+// state, all before the group has committed the input's records. It
+// returns both running processes.
+func (e *env) oneTwoOne(t *testing.T, cfg1, cfg2 string, records int) (p1, p2 *Process) {
+	t.Helper()
+	p1 = e.startPipeline(cfg1)
 	WaitFor(t, time.Minute, "the first instance to commit something", func() (bool, string) {
 		c, _, err := e.committed()
 		return err == nil && c > 0, fmt.Sprintf("committed %d (%v)", c, err)
 	})
-	p2 := e.startPipeline(cfg2)
+	p2 = e.startPipeline(cfg2)
 	WaitFor(t, time.Minute, "the second instance to restore state it took over", func() (bool, string) {
 		return fileContains(p2.LogPath(), "state restored"), "no restore in i2's log yet"
 	})
@@ -150,14 +147,37 @@ func TestIntervalJoinAcrossARebalance(t *testing.T) {
 	WaitFor(t, time.Minute, "the restarted first instance to restore its state", func() (bool, string) {
 		return fileContains(p1.LogPath(), "state restored"), "no restore in the restarted i1's log yet"
 	})
-	inL.Wait(t)
-	inR.Wait(t)
-	e.waitJoinCommitted(t, right, p1, p2)
-	p1.Term()
-	p2.Term()
-	n := checkJoin(t, e, right, records)
-	t.Logf("figures: %d records on each side, %d pairs, 1 → 2 → 1 instances with a SIGKILL, %v, every pair once",
-		records, n, time.Since(start).Round(time.Millisecond))
+	return p1, p2
+}
+
+// killRepeatedly starts the pipeline of cfgPath and SIGKILLs it kills
+// times, each after a random delay, while the input flows; every kill must
+// come before the group has committed all records of the input, and the
+// kills together after it committed some.
+func (e *env) killRepeatedly(t *testing.T, cfgPath string, kills, records int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(e2eSeed(t), 0))
+	var last int64
+	for i := range kills {
+		p := e.startPipeline(cfgPath)
+		delay := minStopDelay + time.Duration(rng.Int64N(int64(maxStopDelay-minStopDelay)))
+		p.sleepOrExit(t.Context(), delay)
+		p.Kill()
+		var committed int64
+		WaitFor(t, 30*time.Second, "the group's committed offsets", func() (bool, string) {
+			c, _, err := e.committed()
+			committed = c
+			return err == nil, fmt.Sprint(err)
+		})
+		if committed >= int64(records) {
+			t.Fatalf("SIGKILL %d came after everything was committed", i+1)
+		}
+		t.Logf("SIGKILL %d/%d after %v: %d input records committed (+%d)", i+1, kills, delay.Round(time.Millisecond), committed, committed-last)
+		last = committed
+	}
+	if last == 0 {
+		t.Fatal("nothing was committed across the kills: none hit a pipeline at work")
+	}
 }
 
 func createJoinTopics(t *testing.T, e *env, right string, partitions int32) {
