@@ -82,10 +82,7 @@ func (p *purger) committed(ranges []offsets.Range) {
 		}
 		if err != nil && isAccessDenied(err) {
 			acc := access{cfg: p.rt.cfg, g: p.rt.g}
-			for _, t := range slices.Sorted(maps.Keys(upTo)) {
-				err = acc.deniedTopic(err, t, false)
-				break
-			}
+			err = acc.deniedTopic(err, slices.Min(slices.Collect(maps.Keys(upTo))), false)
 		}
 		if err != nil {
 			// The next round deletes further; nothing depends on it.

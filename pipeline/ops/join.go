@@ -289,14 +289,23 @@ func (o *intervalJoinOp) emitAlone(ctx pipeline.Context, key []byte, side byte, 
 // joinResult is {"key": key, "left": l, "right": r}, l and r JSON (nil:
 // null), keyed by key and stamped ts.
 func joinResult(key, l, r []byte, ts int64, src pipeline.Position) *pipeline.Record {
-	v := make([]byte, 0, len(key)+len(l)+len(r)+32)
-	v = append(v, `{"key":`...)
-	v, _ = codec.AppendJSON(v, string(key)) // a string always encodes
-	v = append(v, `,"left":`...)
-	v = appendOrNull(v, l)
-	v = append(v, `,"right":`...)
-	v = appendOrNull(v, r)
-	v = append(v, '}')
+	v := appendJoined(make([]byte, 0, len(key)+len(l)+len(r)+32), key, l, r)
+	return joinRecord(key, append(v, '}'), ts, src)
+}
+
+// appendJoined appends {"key":key,"left":l,"right":r to dst, the object
+// left open for more fields.
+func appendJoined(dst, key, l, r []byte) []byte {
+	dst = append(dst, `{"key":`...)
+	dst, _ = codec.AppendJSON(dst, string(key)) // a string always encodes
+	dst = append(dst, `,"left":`...)
+	dst = appendOrNull(dst, l)
+	dst = append(dst, `,"right":`...)
+	return appendOrNull(dst, r)
+}
+
+// joinRecord is a join's output: value v (JSON), keyed by key, stamped ts.
+func joinRecord(key, v []byte, ts int64, src pipeline.Position) *pipeline.Record {
 	return &pipeline.Record{
 		Key:       pipeline.RawValue(slices.Clone(key), pipeline.String),
 		Value:     pipeline.RawValue(v, pipeline.JSON),

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
@@ -368,11 +367,7 @@ func (o *windowJoinOp) coGroup(ctx pipeline.Context, key []byte, start, end int6
 		v = append(v, e.Value.value...)
 	}
 	v = append(v, `]}`...)
-	rec := &pipeline.Record{
-		Key:       pipeline.RawValue(slices.Clone(key), pipeline.String),
-		Value:     pipeline.RawValue(v, pipeline.JSON),
-		Timestamp: time.UnixMilli(end - 1),
-	}
+	rec := joinRecord(key, v, end-1, pipeline.Position{})
 	if o.def.group != nil {
 		x, err := ctx.Eval().Eval(o.def.group, rec)
 		if err != nil {
@@ -386,11 +381,7 @@ func (o *windowJoinOp) coGroup(ctx pipeline.Context, key []byte, start, end int6
 
 // result is {"key", "window_start", "window_end", "left", "right"}.
 func (o *windowJoinOp) result(key []byte, start, end int64, l, r []byte) *pipeline.Record {
-	rec := joinResult(key, l, r, end-1, pipeline.Position{})
-	v := rec.Value.Raw()
-	out := make([]byte, 0, len(v)+48)
-	out = append(out, v[:len(v)-1]...)
-	out = fmt.Appendf(out, `,"window_start":%d,"window_end":%d}`, start, end)
-	rec.Value = pipeline.RawValue(out, pipeline.JSON)
-	return rec
+	v := appendJoined(make([]byte, 0, len(key)+len(l)+len(r)+80), key, l, r)
+	v = fmt.Appendf(v, `,"window_start":%d,"window_end":%d}`, start, end)
+	return joinRecord(key, v, end-1, pipeline.Position{})
 }
