@@ -3,7 +3,6 @@ package ops
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
 	"github.com/pipeline-run/pipeline/pipeline"
@@ -154,9 +153,7 @@ func (o *broadcastJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) erro
 	}
 	res := joinResult(key, left, row.value, r.Timestamp.UnixMilli(), r.Source)
 	if key == nil {
-		res.Key = pipeline.Value{}
-	} else {
-		res.Key = pipeline.RawValue(slices.Clone(key), pipeline.String)
+		res.Key = pipeline.Value{} // an unkeyed record's result is unkeyed
 	}
 	ctx.Emit(res)
 	return nil
