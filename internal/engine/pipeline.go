@@ -58,7 +58,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	defer adm.Close()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	stopSaying := sayWhileWaiting(p.log, "checking the cluster: the brokers' transaction limit, the topics, hanging transactions")
-	lim, parts, err := prepare(sctx, adm, cfg, p.g, p.log)
+	lim, parts, err := prepare(sctx, adm, &rescaler{cl: admCl, base: base, cfg: cfg, g: p.g, log: p.log}, cfg, p.g, p.log)
 	stopSaying()
 	cancel()
 	if err != nil {

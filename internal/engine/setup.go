@@ -29,7 +29,7 @@ const brokerTxnMaxTimeout = 15 * time.Minute
 //
 // It returns the size limits of the topics the pipeline writes, and the
 // partitions of the topics it reads (sources and repartition topics).
-func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph, log *slog.Logger) (*limits, map[string]int32, error) {
+func prepare(ctx context.Context, adm *kadm.Client, rs *rescaler, cfg *config.Config, g *Graph, log *slog.Logger) (*limits, map[string]int32, error) {
 	if err := checkTxnTimeout(ctx, adm, cfg, log); err != nil {
 		return nil, nil, err
 	}
@@ -140,7 +140,7 @@ func prepare(ctx context.Context, adm *kadm.Client, cfg *config.Config, g *Graph
 		if n.stateful() == nil {
 			continue
 		}
-		if err := ensureChangelog(ctx, adm, acc, n, parts, log); err != nil {
+		if err := ensureChangelog(ctx, adm, rs, acc, n, parts, log); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -233,7 +233,10 @@ func coPartitioned(g *Graph, n *node, parts map[string]int32) error {
 // one partition per task of the step, or checks the one there has that
 // many: a task's state lives in the partition of its number, and a task
 // without one could neither write its state nor read it back.
-func ensureChangelog(ctx context.Context, adm *kadm.Client, acc access, n *node, parts map[string]int32, log *slog.Logger) error {
+//
+// A step that keeps only operator state gets its state redistributed when
+// its task count grew (rescaler); keyed state cannot move between tasks.
+func ensureChangelog(ctx context.Context, adm *kadm.Client, rs *rescaler, acc access, n *node, parts map[string]int32, log *slog.Logger) error {
 	topic := wire.ChangelogTopic(acc.cfg.Name, n.name)
 	tasks, from := stepTasks(n, parts)
 	details, err := adm.ListTopics(ctx, topic)
@@ -244,9 +247,13 @@ func ensureChangelog(ctx context.Context, adm *kadm.Client, acc access, n *node,
 		return fmt.Errorf("describing topic %q: %w", topic, acc.deniedTopic(err, topic, false))
 	}
 	if d, ok := details[topic]; ok && d.Err == nil {
-		if have := int32(len(d.Partitions)); have != tasks {
+		have := int32(len(d.Partitions))
+		if done, err := rs.operatorState(ctx, adm, acc, n, topic, have, tasks); done || err != nil {
+			return err
+		}
+		if have != tasks {
 			return fmt.Errorf("%s: the changelog topic %q of step %s has %d partitions, but the step runs %d tasks, one per partition of %s: "+
-				"its state would be written and read back by the wrong tasks. The state was written for another number of partitions "+
+				"its state would be written and read back by the wrong tasks, and keyed state cannot move between tasks (operator state can). The state was written for another number of partitions "+
 				"(the input's changed, or an older version sized the changelog by the sources): stop every instance and run `pipeline state reset -c FILE --step %s` to start the step from empty state",
 				n.path, topic, n.name, have, tasks, strings.Join(from, ", "), n.name)
 		}

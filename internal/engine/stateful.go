@@ -133,10 +133,12 @@ func (rt *runtime) openStore(n *node, id pipeline.TaskID) (*state.Store, backlog
 	default:
 		applied = st.AppliedOffset()
 	}
+	tasks, _ := stepTasks(n, rt.topicParts)
 	if applied < 0 || (applied+1 >= start && applied+1 <= end) {
 		if err != nil {
 			return nil, backlog{}, rt.stateErr(n, id, err)
 		}
+		st.SetTaskCount(tasks)
 		return st, need(max(applied, start-1)), nil
 	}
 	rt.log.Warn("local state does not match its changelog (the topic was deleted and created again, or truncated); discarding it and restoring from the changelog",
@@ -150,6 +152,7 @@ func (rt *runtime) openStore(n *node, id pipeline.TaskID) (*state.Store, backlog
 	if st, err = state.Open(rt.backend, name, int32(id), fp, rt.clock()); err != nil {
 		return nil, backlog{}, rt.stateErr(n, id, err)
 	}
+	st.SetTaskCount(tasks)
 	return st, need(start - 1), nil
 }
 

@@ -54,6 +54,9 @@ type Store struct {
 	closed   bool
 
 	expired int64
+	// taskCount is the number of tasks of the step (SetTaskCount), which
+	// operator state records with each value; 0 if not known.
+	taskCount int32
 	// gen counts the changes of the store's content other than writes
 	// through its states (aborts, restores): in-memory indexes of the
 	// state (Timers) rebuild when it moved.
