@@ -1,5 +1,6 @@
-// Command custom-operator is the pipeline command with two more operator
-// kinds: limit_check (limit.go), a keyed step over two streams, and mask,
+// Command custom-operator is the pipeline command with three more operator
+// kinds: limit_check (limit.go), a keyed step over two streams, batch_of
+// (batch.go), which keeps operator (non-keyed) state, and mask,
 // which replaces chosen fields of a JSON value with a fixed string before
 // the record leaves the pipeline:
 //
@@ -27,7 +28,7 @@ import (
 
 func main() {
 	reg := ops.NewRegistry() // the built-in operators
-	for kind, f := range map[string]pipeline.Factory{"mask": newMask, "limit_check": newLimitCheck} {
+	for kind, f := range map[string]pipeline.Factory{"mask": newMask, "limit_check": newLimitCheck, "batch_of": newBatchOf} {
 		if err := reg.Register(kind, f); err != nil {
 			fmt.Fprintln(os.Stderr, "custom-operator:", err)
 			os.Exit(cli.ExitFailure)
