@@ -12,6 +12,7 @@ import (
 
 	"github.com/pipeline-run/pipeline/internal/codec"
 	"github.com/pipeline-run/pipeline/internal/testkit"
+	"github.com/pipeline-run/pipeline/wire"
 )
 
 // The interval join tests check results against an oracle computed from the
@@ -286,7 +287,8 @@ func head(s []string) []string { return s[:min(len(s), 5)] }
 
 // TestJoinedStreamsMustBeCoPartitioned: a join of topics with other
 // partition counts would pair nothing of keys that land in other
-// partitions; it stops at start-up naming both topics and counts.
+// partitions; it stops at start-up naming both topics and counts, and the
+// YAML to add. Run with that YAML, the join gives the oracle's results.
 func TestJoinedStreamsMustBeCoPartitioned(t *testing.T) {
 	k := testkit.NewKafka(t)
 	k.Topic("left", 3)
@@ -294,12 +296,38 @@ func TestJoinedStreamsMustBeCoPartitioned(t *testing.T) {
 	k.Topic("out", 3)
 	k.Topic("late", 3)
 	k.Topic("dlq", 3)
-	p := newPipeline(t, k, fmt.Sprintf(joined, 1000, 0, 1000, "inner"), nil)
+	const bound, lower, upper = 1000, 0, 1000
+	body := fmt.Sprintf(joined, bound, lower, upper, "inner")
+	p := newPipeline(t, k, body, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := p.Run(ctx)
 	want := "steps[0]: step j keeps state over streams that are not co-partitioned: a key must be in the same partition number of every topic they come from, and left has 3, right has 2 partitions"
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("Run: %v\nwant an error holding %q", err, want)
+	suggested := `  - {name: orders_by_key, from: orders, key_by: key}
+  - {name: payments_by_key, from: payments, key_by: key}
+  - name: j
+    from: [orders_by_key, payments_by_key]
+`
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), suggested) {
+		t.Fatalf("Run: %v\nwant an error holding %q and the YAML\n%s", err, want, suggested)
+	}
+
+	rng := rand.New(rand.NewPCG(5, 6))
+	left := withFlush(genJoinEvents(rng, 3, 200, 4, bound, 0), 100_000)
+	right := withFlush(genJoinEvents(rng, 2, 200, 4, bound, 10_000), 100_000)
+	wantOut := joinOracle(left, append(right, nil), lower, upper, "inner")
+	if len(wantOut) < 50 {
+		t.Fatalf("the input makes %d pairs: it tests too little", len(wantOut))
+	}
+	produceEvents(t, k, "left", left)
+	produceEvents(t, k, "right", right)
+	fixed := strings.Replace(body, "  - name: j\n    from: [orders, payments]\n", suggested, 1)
+	if fixed == body {
+		t.Fatal("the test's YAML has no step j to replace")
+	}
+	testkit.RunUntilSettled(t, k, newPipeline(t, k, fixed, nil), "t", "left", "right",
+		wire.RepartitionTopic("t", "orders_by_key"), wire.RepartitionTopic("t", "payments_by_key"))
+	if got := joinResults(t, k, "out"); !slices.Equal(got, wantOut) {
+		diff(t, got, wantOut)
 	}
 }

@@ -222,11 +222,34 @@ func coPartitioned(g *Graph, n *node, parts map[string]int32) error {
 				have = append(have, fmt.Sprintf("%s has %d", t, parts[t]))
 			}
 			return fmt.Errorf("%s: step %s keeps state over streams that are not co-partitioned: a key must be in the same partition number of every topic they come from, and %s partitions. "+
-				"Key each stream with a key_by step (their repartition topics get the same partitions), or give the topics the same partitions and keys",
-				n.path, n.name, strings.Join(have, ", "))
+				"Repartition its inputs by their key with key_by steps (their repartition topics get the same partitions) and read those instead:\n%s"+
+				"or give the topics the same partitions and keys",
+				n.path, n.name, strings.Join(have, ", "), keyBySuggestion(g, n))
 		}
 	}
 	return nil
+}
+
+// keyBySuggestion is the YAML that makes the inputs of step n
+// co-partitioned: a key_by step on each input that is not broadcast, and
+// the step reading those.
+func keyBySuggestion(g *Graph, n *node) string {
+	var b strings.Builder
+	from := make([]string, len(n.inputs))
+	for i, in := range n.inputs {
+		from[i] = in.node.name
+		if in.output != "" {
+			from[i] += "." + in.output
+		}
+		if in.node.kind == sourceNode && g.isBroadcast(in.node) {
+			continue
+		}
+		name := strings.ReplaceAll(from[i], ".", "_") + "_by_key"
+		fmt.Fprintf(&b, "  - {name: %s, from: %s, key_by: key}\n", name, from[i])
+		from[i] = name
+	}
+	fmt.Fprintf(&b, "  - name: %s\n    from: [%s]\n", n.name, strings.Join(from, ", "))
+	return b.String()
 }
 
 // ensureChangelog creates the changelog of stateful step n, compacted, with
