@@ -90,6 +90,15 @@ func arms(names []string, reg *pipeline.Registry) ([]*Arm, []string) {
 			} else {
 				skipped = append(skipped, "keyed-count: skipped: the pipeline has no aggregate operator yet (operators: "+strings.Join(reg.Kinds(), ", ")+")")
 			}
+		case "keyed-count-cp":
+			if slices.Contains(reg.Kinds(), "aggregate") {
+				var g finalCountGate
+				out = append(out, &Arm{Name: n, PerInterval: true, Gate: g.check, Outputs: g.outputs,
+					NoLatency: "a key's output comes once per checkpoint, for the last of its records, so most records have no output to time",
+					run:       runPipeline(keyedCountCheckpointSteps)})
+			} else {
+				skipped = append(skipped, "keyed-count-cp: skipped: the pipeline has no aggregate operator (operators: "+strings.Join(reg.Kinds(), ", ")+")")
+			}
 		case "interval-join":
 			if slices.Contains(reg.Kinds(), "interval_join") {
 				out = append(out, &Arm{Name: n, PerInterval: true, Valid: pairsItself, run: runPipeline(intervalJoinSteps)})

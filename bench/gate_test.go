@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func values(seqs ...int64) [][]byte {
@@ -92,5 +94,55 @@ func TestGateErrorSaysWhatWasWrong(t *testing.T) {
 	}
 	if strings.Contains(got, "unexpected") {
 		t.Errorf("%q names a zero count", got)
+	}
+}
+
+// TestCheckFinalCounts checks the gate of counts that emit some updates of
+// a key: keys k0 and k1, seqs 0, 1, numKeys, numKeys+1 and 2*numKeys
+// (three records of k0, two of k1).
+func TestCheckFinalCounts(t *testing.T) {
+	last := map[string]int64{"k0": 2 * numKeys, "k1": numKeys + 1}
+	out := func(seqCounts ...int64) []*kgo.Record {
+		var rs []*kgo.Record
+		for i := 0; i < len(seqCounts); i += 2 {
+			seq, n := seqCounts[i], seqCounts[i+1]
+			rs = append(rs, &kgo.Record{Key: Key(nil, seq), Value: fmt.Appendf(nil, `{"count":%d,"seq":%d,"ts":0}`, n, seq)})
+		}
+		return rs
+	}
+	tests := []struct {
+		name string
+		outs []*kgo.Record
+		want *GateError
+	}{
+		{"each key's last record, counted right, passes", out(2*numKeys, 3, numKeys+1, 2), nil},
+		{"earlier updates as well pass", out(0, 1, numKeys, 2, 1, 1, 2*numKeys, 3, numKeys+1, 2), nil},
+		{"a key whose last record has no output fails", out(numKeys, 2, numKeys+1, 2),
+			&GateError{Want: 2, Got: 2, Missing: 1}},
+		{"a count off by one fails", out(2*numKeys, 4, numKeys+1, 2),
+			&GateError{Want: 2, Got: 2, Wrong: 1}},
+		{"an update twice fails", out(2*numKeys, 3, numKeys+1, 2, numKeys+1, 2),
+			&GateError{Want: 2, Got: 3, Duplicates: 1}},
+		{"a key with no input fails", out(2*numKeys, 3, numKeys+1, 2, 5, 1),
+			&GateError{Want: 2, Got: 3, Unexpected: 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckFinalCounts(last, tc.outs)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("CheckFinalCounts = %v, want it to pass", err)
+				}
+				return
+			}
+			var ge *GateError
+			if !errors.As(err, &ge) {
+				t.Fatalf("CheckFinalCounts = %v, want a *GateError", err)
+			}
+			ge.Example = ""
+			if *ge != *tc.want {
+				t.Errorf("CheckFinalCounts = %+v, want %+v", *ge, *tc.want)
+			}
+		})
 	}
 }

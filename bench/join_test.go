@@ -8,17 +8,18 @@ import (
 	"time"
 )
 
-// TestJoinArms runs the interval-join and table-join arms on the embedded
-// broker: both pass their gates and are timed.
-func TestJoinArms(t *testing.T) {
+// TestStatefulArms runs the keyed-count-cp, interval-join and table-join
+// arms on the embedded broker: each passes its gate and is timed. The
+// backlog has more records than keys, so that counts go past 1.
+func TestStatefulArms(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a broker")
 	}
 	dir := t.TempDir()
 	o := Options{
-		Broker: "embedded", Records: 3000, Sizes: []int{100}, Partitions: []int{2},
+		Broker: "embedded", Records: 2*numKeys + 3000, Sizes: []int{100}, Partitions: []int{2},
 		Intervals: []time.Duration{100 * time.Millisecond}, Rounds: 1,
-		Arms: []string{"interval-join", "table-join"}, LatencyFor: 300 * time.Millisecond, MaxRecords: 200000, RunTimeout: 30 * time.Second,
+		Arms: []string{"keyed-count-cp", "interval-join", "table-join"}, LatencyFor: 300 * time.Millisecond, MaxRecords: 200000, RunTimeout: 30 * time.Second,
 		JSON: filepath.Join(dir, "r.json"),
 	}
 	if err := o.Validate(); err != nil {
@@ -34,7 +35,7 @@ func TestJoinArms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 2 {
+	if len(res.Rows) != 3 {
 		t.Fatalf("%d rows, want one per arm:\n%s", len(res.Rows), out.String())
 	}
 	for _, r := range res.Rows {
