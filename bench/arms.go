@@ -43,6 +43,9 @@ type Arm struct {
 	// NoLatency, when set, says why latency runs skip the arm.
 	NoLatency string
 	run       func(ctx context.Context, e *env) error
+	// variants, for the limit arm, are the copies each round runs to keep
+	// the fastest.
+	variants []copyVariant
 }
 
 // Expect returns what the arm must write for an input of n records.
@@ -70,6 +73,7 @@ func countIsRight(seq int64, v []byte) bool {
 // arms returns the arms named, and why any named arm cannot run.
 func arms(names []string, reg *pipeline.Registry) ([]*Arm, []string) {
 	all := map[string]*Arm{
+		"limit":      limitArm(),
 		"copy":       {Name: "copy", run: runCopy(false)},
 		"copy-rc":    {Name: "copy-rc", run: runCopy(true)},
 		"peer":       {Name: "peer", PerInterval: true, run: runPeer},

@@ -18,7 +18,7 @@ func TestBenchmarksPageIsWhatTheCommittedResultsSay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tableRE := regexp.MustCompile(`records/s relative to the copy arm of the same round \(median over rounds\), ([^:]+):\n\n((?:\|.*\n)+)`)
+	tableRE := regexp.MustCompile(`records/s relative to the (?:copy|limit) arm of the same round \(median over rounds\), ([^:]+):\n\n((?:\|.*\n)+)`)
 	for _, c := range []struct{ file, heading string }{
 		{"results/kafka.json", "**Kafka 4.4.0**"},
 		{"results/embedded.json", "**Embedded broker**"},

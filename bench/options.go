@@ -44,7 +44,7 @@ type Options struct {
 // ArmNames lists the arms in the order they are reported. keyed-count,
 // keyed-count-cp, windowed-count, interval-join and table-join run only when the pipeline
 // has their operator; windowed-count and table-join have no latency runs.
-var ArmNames = []string{"copy", "copy-rc", "peer", "pass", "filter-map", "keyed-count", "keyed-count-cp", "windowed-count", "interval-join", "table-join"}
+var ArmNames = []string{"limit", "copy", "copy-rc", "peer", "pass", "filter-map", "keyed-count", "keyed-count-cp", "windowed-count", "interval-join", "table-join"}
 
 // ParseFlags parses the command line. It returns an error wrapping
 // ErrUsage (or flag.ErrHelp) on bad usage; messages and help go to w.

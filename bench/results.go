@@ -35,6 +35,8 @@ type ThroughputRun struct {
 	PeakRSS  int64   `json:"peak_rss_bytes"` // the process's, sampled during the run
 	Load1    float64 `json:"load1"`          // the machine's 1-minute load average when the run ended
 	Err      string  `json:"error,omitempty"`
+	// Variant names the setting of a limit run (copyVariant).
+	Variant string `json:"variant,omitempty"`
 }
 
 // RecordsPerSec is the run's throughput.
@@ -77,12 +79,16 @@ type Row struct {
 	Size          int     `json:"size"`
 	Partitions    int     `json:"partitions"`
 	Rounds        int     `json:"rounds"`
-	RecordsPerSec float64 `json:"records_per_s"` // median over rounds
-	SpreadPct     float64 `json:"spread_pct"`    // half the range over the median
-	MBPerSec      float64 `json:"mb_per_s"`      // of record values
-	Ratio         float64 `json:"ratio_to_copy"` // median of the per-round ratios; NaN without copy
-	PeerRatio     float64 `json:"ratio_to_peer"` // the same against the peer at the same interval; NaN without peer
-	PassRatio     float64 `json:"ratio_to_pass"` // the same against the pass-through at the same interval; NaN without pass
+	RecordsPerSec float64 `json:"records_per_s"`  // median over rounds
+	SpreadPct     float64 `json:"spread_pct"`     // half the range over the median
+	MBPerSec      float64 `json:"mb_per_s"`       // of record values
+	Ratio         float64 `json:"ratio_to_copy"`  // median of the per-round ratios; NaN without copy
+	PeerRatio     float64 `json:"ratio_to_peer"`  // the same against the peer at the same interval; NaN without peer
+	PassRatio     float64 `json:"ratio_to_pass"`  // the same against the pass-through at the same interval; NaN without pass
+	LimitRatio    float64 `json:"ratio_to_limit"` // the same against the limit arm; NaN without limit
+	// KStreamsRatio is the same against the Kafka Streams arm running the
+	// same job (KStreamsOf) at the same commit interval; NaN without it.
+	KStreamsRatio float64 `json:"ratio_to_kstreams"`
 	CPUPerM       float64 `json:"cpu_s_per_million"`
 	TxPerSec      float64 `json:"tx_per_s"` // commits over VisibleS
 	PeakRSSMB     float64 `json:"peak_rss_mb"`
@@ -131,7 +137,9 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		Ratio     jsonFloat `json:"ratio_to_copy"`
 		PeerRatio jsonFloat `json:"ratio_to_peer"`
 		PassRatio jsonFloat `json:"ratio_to_pass"`
-	}{plain(r), jsonFloat(r.Ratio), jsonFloat(r.PeerRatio), jsonFloat(r.PassRatio)})
+		Limit     jsonFloat `json:"ratio_to_limit"`
+		KStreams  jsonFloat `json:"ratio_to_kstreams"`
+	}{plain(r), jsonFloat(r.Ratio), jsonFloat(r.PeerRatio), jsonFloat(r.PassRatio), jsonFloat(r.LimitRatio), jsonFloat(r.KStreamsRatio)})
 }
 
 // UnmarshalJSON reads null ratios back as NaN, and absent ones (results
@@ -143,12 +151,20 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 		Ratio     *float64 `json:"ratio_to_copy"`
 		PeerRatio *float64 `json:"ratio_to_peer"`
 		PassRatio *float64 `json:"ratio_to_pass"`
+		Limit     *float64 `json:"ratio_to_limit"`
+		KStreams  *float64 `json:"ratio_to_kstreams"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
 	*r = Row(v.plain)
-	r.Ratio, r.PeerRatio, r.PassRatio = math.NaN(), math.NaN(), math.NaN()
+	r.Ratio, r.PeerRatio, r.PassRatio, r.LimitRatio, r.KStreamsRatio = math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN()
+	if v.Limit != nil {
+		r.LimitRatio = *v.Limit
+	}
+	if v.KStreams != nil {
+		r.KStreamsRatio = *v.KStreams
+	}
 	if v.Ratio != nil {
 		r.Ratio = *v.Ratio
 	}
@@ -192,7 +208,7 @@ func WriteCSV(path string, rows []Row) error {
 	}
 	w := csv.NewWriter(f)
 	_ = w.Write([]string{"broker", "arm", "interval_s", "size", "partitions", "rounds", "records_per_s", "spread_pct", "mb_per_s",
-		"ratio_to_copy", "ratio_to_peer", "ratio_to_pass", "cpu_s_per_million", "tx_per_s", "peak_rss_mb", "latency_rate", "latency_achieved", "p50_ms", "p99_ms", "max_ms", "failed"})
+		"ratio_to_copy", "ratio_to_peer", "ratio_to_pass", "ratio_to_limit", "ratio_to_kstreams", "cpu_s_per_million", "tx_per_s", "peak_rss_mb", "latency_rate", "latency_achieved", "p50_ms", "p99_ms", "max_ms", "failed"})
 	num := func(v float64) string {
 		if math.IsNaN(v) {
 			return ""
@@ -207,7 +223,7 @@ func WriteCSV(path string, rows []Row) error {
 			return num(v)
 		}
 		_ = w.Write([]string{r.Broker, r.Arm, num(r.IntervalS), strconv.Itoa(r.Size), strconv.Itoa(r.Partitions), strconv.Itoa(r.Rounds),
-			num(r.RecordsPerSec), num(r.SpreadPct), num(r.MBPerSec), num(r.Ratio), num(r.PeerRatio), num(r.PassRatio), num(r.CPUPerM), num(r.TxPerSec), num(r.PeakRSSMB),
+			num(r.RecordsPerSec), num(r.SpreadPct), num(r.MBPerSec), num(r.Ratio), num(r.PeerRatio), num(r.PassRatio), num(r.LimitRatio), num(r.KStreamsRatio), num(r.CPUPerM), num(r.TxPerSec), num(r.PeakRSSMB),
 			lat(r.Rate), lat(r.Achieved), lat(r.P50Ms), lat(r.P99Ms), lat(r.MaxMs), r.Failed})
 	}
 	w.Flush()

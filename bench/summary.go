@@ -59,13 +59,17 @@ func Summary(broker string, as []*Arm, c Case, runs []ThroughputRun, lats []Late
 		}
 		return m
 	}
-	copyRuns, peerRuns, passRuns := byRound("copy", false), byRound("peer", true), byRound("pass", true)
+	copyRuns, peerRuns, passRuns, limitRuns := byRound("copy", false), byRound("peer", true), byRound("pass", true), byRound("limit", false)
 	var rows []Row
 	for _, a := range as {
 		rs := runsOf(runs, a.Name, a.PerInterval, c)
 		row := Row{Broker: broker, Arm: a.Name, IntervalS: c.Interval.Seconds(), Size: c.Size, Partitions: c.Partitions,
-			Rounds: len(rs), Ratio: math.NaN(), PeerRatio: math.NaN(), PassRatio: math.NaN()}
-		var rps, ratios, peerRatios, passRatios, cpu, tx []float64
+			Rounds: len(rs), Ratio: math.NaN(), PeerRatio: math.NaN(), PassRatio: math.NaN(), LimitRatio: math.NaN(), KStreamsRatio: math.NaN()}
+		var ksRuns map[int]ThroughputRun
+		if ks, ok := KStreamsOf[a.Name]; ok {
+			ksRuns = byRound(ks, true)
+		}
+		var rps, ratios, peerRatios, passRatios, limitRatios, ksRatios, cpu, tx []float64
 		for _, r := range rs {
 			if r.Err != "" {
 				if row.Failed == "" {
@@ -82,6 +86,12 @@ func Summary(broker string, as []*Arm, c Case, runs []ThroughputRun, lats []Late
 			}
 			if pr, ok := passRuns[r.Round]; ok {
 				passRatios = append(passRatios, r.RecordsPerSec()/pr.RecordsPerSec())
+			}
+			if lr, ok := limitRuns[r.Round]; ok {
+				limitRatios = append(limitRatios, r.RecordsPerSec()/lr.RecordsPerSec())
+			}
+			if kr, ok := ksRuns[r.Round]; ok {
+				ksRatios = append(ksRatios, r.RecordsPerSec()/kr.RecordsPerSec())
 			}
 			cpu = append(cpu, r.CPUS/(float64(r.Records)/1e6))
 			if r.VisibleS > 0 {
@@ -117,6 +127,12 @@ func Summary(broker string, as []*Arm, c Case, runs []ThroughputRun, lats []Late
 			if len(passRatios) > 0 {
 				row.PassRatio = Median(passRatios)
 			}
+			if len(limitRatios) > 0 {
+				row.LimitRatio = Median(limitRatios)
+			}
+			if len(ksRatios) > 0 {
+				row.KStreamsRatio = Median(ksRatios)
+			}
 			row.CPUPerM = Median(cpu)
 			if len(tx) > 0 {
 				row.TxPerSec = Median(tx)
@@ -141,4 +157,15 @@ func latencyRate(rows []Row) float64 {
 		return 0
 	}
 	return slowest / 2
+}
+
+// KStreamsOf maps a pipeline arm to the Kafka Streams arm running the same
+// job at the same commit interval: the keyed count emitting every update
+// against Kafka Streams with its record cache off, the one emitting once
+// per checkpoint against Kafka Streams with it on.
+var KStreamsOf = map[string]string{
+	"pass":           "kstreams-pass",
+	"keyed-count":    "kstreams-count",
+	"keyed-count-cp": "kstreams-count-cached",
+	"windowed-count": "kstreams-windowed-count",
 }

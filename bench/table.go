@@ -14,10 +14,26 @@ import (
 // under a heading.
 func FormatTable(w io.Writer, heading string, rows []Row) {
 	fmt.Fprintf(w, "%s\n\n", heading)
-	t := [][]string{{"arm", "records/s", "±", "MB/s", "× copy", "CPU s/M rec", "tx/s", "sent/s", "p50 ms", "p99 ms", "max ms", "peak RSS MB", "gate"}}
+	// Ratios to the limit arm when it ran, else to the copy; and to Kafka
+	// Streams when it ran.
+	base, ratio := "× copy", func(r Row) float64 { return r.Ratio }
+	var ks bool
+	for _, r := range rows {
+		if r.Arm == "limit" {
+			base, ratio = "× limit", func(r Row) float64 { return r.LimitRatio }
+		}
+		ks = ks || r.KStreamsRatio > 0 // NaN or unset: none
+	}
+	head := []string{"arm", "records/s", "±", "MB/s", base, "CPU s/M rec", "tx/s", "sent/s", "p50 ms", "p99 ms", "max ms", "peak RSS MB"}
+	if ks {
+		head = append(head, "× Kafka Streams")
+	}
+	t := [][]string{append(head, "gate")}
 	for _, r := range rows {
 		if r.Failed != "" {
-			t = append(t, []string{r.Arm, "FAILED", "", "", "", "", "", "", "", "", "", "", "FAILED: " + r.Failed})
+			line := make([]string, len(head)+1)
+			line[0], line[1], line[len(head)] = r.Arm, "FAILED", "FAILED: "+r.Failed
+			t = append(t, line)
 			continue
 		}
 		lat := []string{"–", "–", "–", "–"}
@@ -28,17 +44,21 @@ func FormatTable(w io.Writer, heading string, rows []Row) {
 		if r.TxPerSec > 0 {
 			tx = strconv.FormatFloat(r.TxPerSec, 'f', 1, 64)
 		}
-		t = append(t, append(append([]string{
+		line := append(append([]string{
 			r.Arm,
 			thousands(r.RecordsPerSec),
 			fmt.Sprintf("%.0f%%", r.SpreadPct),
 			strconv.FormatFloat(r.MBPerSec, 'f', 1, 64),
-			fmtRatio(r.Ratio),
+			fmtRatio(ratio(r)),
 			strconv.FormatFloat(r.CPUPerM, 'f', 1, 64),
 			tx,
-		}, lat...), fmt.Sprintf("%.0f", r.PeakRSSMB), "ok"))
+		}, lat...), fmt.Sprintf("%.0f", r.PeakRSSMB))
+		if ks {
+			line = append(line, fmtRatio(r.KStreamsRatio))
+		}
+		t = append(t, append(line, "ok"))
 	}
-	writeMarkdown(w, t, "lrrrrrrrrrrrl")
+	writeMarkdown(w, t, "l"+strings.Repeat("r", len(head)-1)+"l")
 }
 
 // FormatRatios writes one line per configuration with every arm's
@@ -48,12 +68,23 @@ func FormatTable(w io.Writer, heading string, rows []Row) {
 // medians of per-round ratios).
 func FormatRatios(w io.Writer, arms []string, rows []Row) {
 	head := []string{"size", "partitions", "interval"}
+	base, ratio := baseArm(arms), func(r Row) float64 { return r.Ratio }
+	if base == "limit" {
+		ratio = func(r Row) float64 { return r.LimitRatio }
+	}
 	for _, a := range arms {
-		if a != "copy" {
-			head = append(head, a+" × copy")
+		if a != base {
+			head = append(head, a+" × "+base)
 		}
 	}
 	head = append(head, "pass ÷ peer")
+	var toKS []string
+	for _, a := range arms {
+		if ks, ok := KStreamsOf[a]; ok && slices.Contains(arms, ks) {
+			toKS = append(toKS, a)
+			head = append(head, a+" ÷ "+ks)
+		}
+	}
 	var toPass []string
 	for _, a := range arms {
 		if slices.Contains(passRatioArms, a) {
@@ -81,7 +112,7 @@ func FormatRatios(w io.Writer, arms []string, rows []Row) {
 		m := byKey[k]
 		line := []string{fmt.Sprintf("%d B", k.size), strconv.Itoa(k.parts), fmtInterval(time.Duration(k.iv * float64(time.Second)))}
 		for _, a := range arms {
-			if a == "copy" {
+			if a == base {
 				continue
 			}
 			r, ok := m[a]
@@ -91,13 +122,24 @@ func FormatRatios(w io.Writer, arms []string, rows []Row) {
 			case r.Failed != "":
 				line = append(line, "FAILED")
 			default:
-				line = append(line, fmtRatio(r.Ratio))
+				line = append(line, fmtRatio(ratio(r)))
 			}
 		}
 		if pass, ok := m["pass"]; ok && pass.Failed == "" {
 			line = append(line, fmtRatio(pass.PeerRatio))
 		} else {
 			line = append(line, "–")
+		}
+		for _, a := range toKS {
+			r, ok := m[a]
+			switch {
+			case !ok:
+				line = append(line, "–")
+			case r.Failed != "":
+				line = append(line, "FAILED")
+			default:
+				line = append(line, fmtRatio(r.KStreamsRatio))
+			}
 		}
 		for _, a := range toPass {
 			r, ok := m[a]

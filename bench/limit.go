@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The limit arm is the fastest plain copy the client allows: in every
+// round it runs each copyVariant over the backlog and keeps the fastest,
+// which the other arms are measured against. A plain copy reads
+// read_uncommitted and writes with the idempotent producer (acks=all, as
+// transactions need), with no transactions and no offsets committed but
+// the client's automatic ones: nothing an exactly-once arm can do without.
+// An arm that beats it by more than the noise means the limit is wrong,
+// not the arm fast.
+
+// copyVariant is one way of running the plain copy.
+type copyVariant struct {
+	name string
+	// reuse produces the fetched records themselves, pointed at the
+	// output, instead of a new record per input.
+	reuse bool
+	// split uses one client to consume and another to produce.
+	split bool
+	// opts go after the common tuning (tuning), so they override it.
+	opts []kgo.Opt
+}
+
+// limitVariants are the settings the limit arm searches. The first is
+// the copy arm's.
+var limitVariants = []copyVariant{
+	{name: "copy"},
+	{name: "reuse", reuse: true},
+	{name: "reuse, linger 0", reuse: true, opts: []kgo.Opt{kgo.ProducerLinger(0)}},
+	{name: "reuse, linger 5ms", reuse: true, opts: []kgo.Opt{kgo.ProducerLinger(5 * time.Millisecond)}},
+	{name: "reuse, uncompressed", reuse: true, opts: []kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}},
+	{name: "reuse, two clients", reuse: true, split: true},
+	{name: "reuse, 1M buffered, 100 MiB fetches", reuse: true, opts: []kgo.Opt{
+		kgo.MaxBufferedRecords(1_000_000), kgo.MaxBufferedBytes(1 << 30),
+		kgo.FetchMaxBytes(100 << 20), kgo.FetchMaxPartitionBytes(100 << 20),
+	}},
+}
+
+// limitArm returns the limit arm: its run is the first variant's, for the
+// warm-up; rounds run every variant (harness.limit).
+func limitArm() *Arm {
+	return &Arm{Name: "limit", variants: limitVariants, run: runCopyVariant(limitVariants[0]),
+		NoLatency: "its settings are searched for throughput; the copy arm's latency is a plain copy's"}
+}
+
+// limit runs every variant of arm a once and returns the fastest run
+// passing its gate, as a run of a that names its variant; every variant's
+// run is kept in the results too, under "limit: <variant>".
+func (h *harness) limit(ctx context.Context, a *Arm, size, parts, round int, in string) ThroughputRun {
+	var best ThroughputRun
+	for _, v := range a.variants {
+		va := *a
+		va.variants = nil
+		va.run = runCopyVariant(v)
+		r := h.throughput(ctx, &va, 0, size, parts, round, in)
+		r.Variant = v.name
+		tried := r
+		tried.Arm = a.Name + ": " + v.name
+		h.res.Runs = append(h.res.Runs, tried)
+		fmt.Fprintf(h.msg, "round %d %d B %dp limit: %-36s %s\n", round, size, parts, v.name, brief(r))
+		switch {
+		case best.Arm == "":
+			best = r
+		case r.Err == "" && (best.Err != "" || r.RecordsPerSec() > best.RecordsPerSec()):
+			best = r
+		}
+	}
+	return best
+}
+
+// runCopyVariant is the plain copy run as v says.
+func runCopyVariant(v copyVariant) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		opts := append(e.clientOpts(), v.opts...)
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		prod := cl
+		if v.split {
+			popts := append([]kgo.Opt{kgo.SeedBrokers(e.seeds...), kgo.ClientID("bench-" + e.name + "-out"), kgo.WithHooks(e.clientHooks()...)}, tuning(e.linger)...)
+			if prod, err = kgo.NewClient(append(popts, v.opts...)...); err != nil {
+				return err
+			}
+			defer prod.Close()
+		}
+		var perr firstErr
+		acked := func(_ *kgo.Record, err error) {
+			if err != nil {
+				perr.set(err)
+				return
+			}
+			e.commit(1)
+		}
+		// Records polled are produced even when the run is told to stop.
+		pctx := context.WithoutCancel(ctx)
+		for {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				break
+			}
+			if err := fetchErr(fs); err != nil {
+				return err
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				if v.reuse {
+					r.Topic = e.out
+					prod.Produce(pctx, r, acked)
+					return
+				}
+				prod.Produce(pctx, &kgo.Record{Topic: e.out, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}, acked)
+			})
+			if err := perr.get(); err != nil {
+				return fmt.Errorf("producing: %w", err)
+			}
+		}
+		fctx, cancel := context.WithTimeout(pctx, 30*time.Second)
+		defer cancel()
+		if err := prod.Flush(fctx); err != nil {
+			return fmt.Errorf("flushing: %w", err)
+		}
+		return perr.get()
+	}
+}
