@@ -71,7 +71,10 @@ func countIsRight(seq int64, v []byte) bool {
 }
 
 // arms returns the arms named, and why any named arm cannot run.
-func arms(names []string, reg *pipeline.Registry) ([]*Arm, []string) {
+//
+// kstreams is the script that runs the Kafka Streams arms, and noKStreams
+// why they cannot run ("" when they can).
+func arms(names []string, reg *pipeline.Registry, kstreams, noKStreams string) ([]*Arm, []string) {
 	all := map[string]*Arm{
 		"limit":      limitArm(),
 		"copy":       {Name: "copy", run: runCopy(false)},
@@ -85,6 +88,14 @@ func arms(names []string, reg *pipeline.Registry) ([]*Arm, []string) {
 	for _, n := range names {
 		if a, ok := all[n]; ok {
 			out = append(out, a)
+			continue
+		}
+		if _, ok := kstreamsArms[n]; ok {
+			if noKStreams != "" {
+				skipped = append(skipped, n+": skipped: "+noKStreams)
+			} else {
+				out = append(out, kstreamsArm(n, kstreams))
+			}
 			continue
 		}
 		switch n {
@@ -150,8 +161,12 @@ type env struct {
 	doneOnce  sync.Once
 	doneAt    atomic.Int64 // Unix nanoseconds
 	committed atomic.Int64 // input records whose outputs are visible to read_committed readers
-	commits   atomic.Int64 // transactions committed with records in them
-	aborts    atomic.Int64
+	// extCPU and extRSS are the CPU time and peak RSS of an arm run as its
+	// own process (Kafka Streams), which stand for the bench process's.
+	extCPU  time.Duration
+	extRSS  int64
+	commits atomic.Int64 // transactions committed with records in them
+	aborts  atomic.Int64
 }
 
 func newEnv(target int64) *env {

@@ -39,12 +39,16 @@ type Options struct {
 	ProfileInterval time.Duration   // its checkpoint interval
 	ProfileRecords  int             // its backlog
 	LogLevel        slog.Level      // of the pipeline's and the broker's logs, to stderr
+	KStreams        string          // the script that builds and runs the Kafka Streams arms
 }
 
 // ArmNames lists the arms in the order they are reported. keyed-count,
-// keyed-count-cp, windowed-count, interval-join and table-join run only when the pipeline
-// has their operator; windowed-count and table-join have no latency runs.
-var ArmNames = []string{"limit", "copy", "copy-rc", "peer", "pass", "filter-map", "keyed-count", "keyed-count-cp", "windowed-count", "interval-join", "table-join"}
+// keyed-count-cp, windowed-count, interval-join and table-join run only when
+// the pipeline has their operator; the kstreams-* arms only on a real broker,
+// with Java and Maven. The limit, keyed-count-cp, windowed-count, table-join
+// and kstreams-* arms have no latency runs.
+var ArmNames = []string{"limit", "copy", "copy-rc", "peer", "pass", "filter-map", "keyed-count", "keyed-count-cp", "windowed-count", "interval-join", "table-join",
+	"kstreams-pass", "kstreams-count", "kstreams-count-cached", "kstreams-windowed-count"}
 
 // ParseFlags parses the command line. It returns an error wrapping
 // ErrUsage (or flag.ErrHelp) on bad usage; messages and help go to w.
@@ -76,6 +80,7 @@ func ParseFlags(args []string, w io.Writer) (Options, error) {
 	profArms := fs.String("profile-arm", "pass", "the arms -cpuprofile profiles, comma-separated; with several, each profile's file name gets -ARM before its extension")
 	fs.DurationVar(&o.ProfileInterval, "profile-interval", time.Second, "checkpoint interval of the profiled run")
 	fs.IntVar(&o.ProfileRecords, "profile-records", 1000000, "backlog of the profiled run")
+	fs.StringVar(&o.KStreams, "kstreams", "scripts/kstreams.sh", "the `script` that builds and runs the Kafka Streams application of the kstreams-* arms (Java 17 and Maven)")
 	logLevel := fs.String("log-level", "error", "level of the pipeline's and the broker's logs on stderr: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

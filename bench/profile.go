@@ -20,7 +20,7 @@ import (
 // visible.
 func (h *harness) profile(ctx context.Context) error {
 	o := h.o
-	as, _ := arms(o.ProfileArms, ops.NewRegistry())
+	as, _ := arms(o.ProfileArms, ops.NewRegistry(), o.KStreams, "the profiler sees this process only")
 	if len(as) == 0 {
 		return usageErrorf("-profile-arm: none of %v can run", o.ProfileArms)
 	}

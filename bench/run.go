@@ -81,7 +81,15 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 
 	var skipped []string
-	h.arms, skipped = arms(o.Arms, ops.NewRegistry())
+	var noKStreams string
+	if slices.ContainsFunc(o.Arms, func(a string) bool { _, ok := kstreamsArms[a]; return ok }) {
+		if o.Broker == "embedded" {
+			noKStreams = "Kafka Streams runs against a real broker only (-broker host:port)"
+		} else if noKStreams, err = prepareKStreams(ctx, o.KStreams, stderr); err != nil {
+			return err
+		}
+	}
+	h.arms, skipped = arms(o.Arms, ops.NewRegistry(), o.KStreams, noKStreams)
 	if o.Latency {
 		for _, a := range h.arms {
 			if a.NoLatency != "" {
@@ -403,8 +411,19 @@ func (h *harness) createTopics(ctx context.Context, parts int, topics ...string)
 // topic included) and its group. The embedded broker keeps everything in
 // memory, so this is what keeps its footprint flat over a long sweep.
 func (h *harness) cleanup(name string, topics ...string) {
-	h.deleteTopics(append(topics, pipelineTopics(name)...)...)
+	// Every internal topic of the run is named after it: the pipeline's
+	// progress topic and changelogs, Kafka Streams' changelogs.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if td, err := h.adm.ListTopics(ctx); err == nil {
+		for t := range td {
+			if strings.HasPrefix(t, name+"-") && !slices.Contains(topics, t) {
+				topics = append(topics, t)
+			}
+		}
+	}
+	cancel()
+	h.deleteTopics(append(topics, pipelineTopics(name)...)...)
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _ = h.adm.DeleteGroups(ctx, name)
 }

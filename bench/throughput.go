@@ -40,6 +40,9 @@ func (h *harness) throughput(ctx context.Context, a *Arm, iv time.Duration, size
 	err = h.runUntilDone(ctx, a, e)
 	r.CPUS = (cpuTime() - cpu0).Seconds()
 	r.PeakRSS = rss.Stop()
+	if e.extCPU > 0 {
+		r.CPUS, r.PeakRSS = e.extCPU.Seconds(), e.extRSS
+	}
 	r.Load1 = loadAvg()
 	r.Commits, r.Aborts = e.commits.Load(), e.aborts.Load()
 	if first := e.hooks.firstFetch.Load(); first > 0 && err == nil {

@@ -204,7 +204,7 @@ func TestBacklogTimes(t *testing.T) {
 // TestLatencyRefusesAWindowedArm: a windowed arm has no latency runs; asked
 // for one anyway, the harness says why without running anything.
 func TestLatencyRefusesAWindowedArm(t *testing.T) {
-	as, _ := arms([]string{"windowed-count"}, ops.NewRegistry())
+	as, _ := arms([]string{"windowed-count"}, ops.NewRegistry(), "", "")
 	if len(as) != 1 {
 		t.Skip("the pipeline has no window operator")
 	}
