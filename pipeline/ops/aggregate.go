@@ -215,15 +215,39 @@ func (a *aggregate) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pip
 	if err != nil {
 		return nil, err
 	}
-	return &aggregateOp{def: a, acc: v, dirty: map[string]*pipeline.Record{}}, nil
+	op := &aggregateOp{def: a, st: st, acc: v, dirty: map[string]*pipeline.Record{}}
+	if a.ttl == 0 {
+		// A cached accumulator would not expire: no cache with a TTL.
+		op.cache = map[string]map[string]any{}
+	}
+	return op, nil
 }
 
 type aggregateOp struct {
 	def *aggregate
+	st  *state.Store
 	acc *state.Value[map[string]any]
 	// dirty holds, with emit: checkpoint, the last record of every key
 	// changed since the last checkpoint.
 	dirty map[string]*pipeline.Record
+	// cache holds the accumulators of the keys changed since the last
+	// checkpoint, decoded: they are written to the store once per
+	// checkpoint (Flush), not encoded and decoded again for every record,
+	// as Kafka Streams' record cache does. At most maxCached keys; gen is
+	// the store's generation they are of. nil when the state has a TTL.
+	cache map[string]map[string]any
+	gen   uint64
+	// saved is scratch space to undo a record's partial fold.
+	saved []savedField
+}
+
+// maxCached bounds the keys an aggregate caches between two checkpoints;
+// past it, the cache is written to the store and emptied.
+const maxCached = 100_000
+
+type savedField struct {
+	v   any
+	has bool
 }
 
 func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
@@ -234,20 +258,19 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	if key == nil {
 		return fmt.Errorf("aggregate needs a record key; this record has none")
 	}
-	acc, _, err := o.acc.Get(key)
+	if o.cache != nil {
+		err = o.foldCached(ctx, key, r)
+	} else {
+		err = o.foldStored(ctx, key, r)
+	}
 	if err != nil {
 		return err
 	}
-	if acc == nil {
-		acc = map[string]any{}
-	}
-	for _, f := range o.def.fields {
-		if err := f.fold(ctx.Eval(), acc, r); err != nil {
-			return fmt.Errorf("field %s: %w", f.name, err)
+	acc := o.cache[string(key)]
+	if o.cache == nil {
+		if acc, _, err = o.acc.Get(key); err != nil {
+			return err
 		}
-	}
-	if err := o.acc.Put(key, acc); err != nil {
-		return err
 	}
 	if o.def.emit == "checkpoint" {
 		o.dirty[string(key)] = r
@@ -262,9 +285,97 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	return nil
 }
 
-// Flush emits, with emit: checkpoint, the current values of the keys that
-// changed since the last checkpoint, in key order.
+// foldStored adds r to key's accumulator in the store.
+func (o *aggregateOp) foldStored(ctx pipeline.Context, key []byte, r *pipeline.Record) error {
+	acc, _, err := o.acc.Get(key)
+	if err != nil {
+		return err
+	}
+	if acc == nil {
+		acc = map[string]any{}
+	}
+	for _, f := range o.def.fields {
+		if err := f.fold(ctx.Eval(), acc, r); err != nil {
+			return fmt.Errorf("field %s: %w", f.name, err)
+		}
+	}
+	return o.acc.Put(key, acc)
+}
+
+// foldCached adds r to key's accumulator in the cache. A field that fails
+// leaves the accumulator as it was before r.
+func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.Record) error {
+	if g := o.st.Generation(); g != o.gen {
+		// Aborted or restored: what the cache holds was rolled back.
+		clear(o.cache)
+		o.gen = g
+	}
+	acc, cached := o.cache[string(key)]
+	if !cached {
+		if len(o.cache) >= maxCached {
+			if err := o.writeBack(); err != nil {
+				return err
+			}
+		}
+		var err error
+		if acc, _, err = o.acc.Get(key); err != nil {
+			return err
+		}
+		if acc == nil {
+			acc = map[string]any{}
+		}
+	}
+	saved := o.saved[:0]
+	for _, f := range o.def.fields {
+		v, has := acc[f.name]
+		saved = append(saved, savedField{v, has})
+	}
+	o.saved = saved
+	for i, f := range o.def.fields {
+		if err := f.fold(ctx.Eval(), acc, r); err != nil {
+			for j, g := range o.def.fields[:i+1] {
+				if saved[j].has {
+					acc[g.name] = saved[j].v
+				} else {
+					delete(acc, g.name)
+				}
+			}
+			return fmt.Errorf("field %s: %w", f.name, err)
+		}
+	}
+	if !cached {
+		o.cache[string(key)] = acc
+	}
+	return nil
+}
+
+// writeBack writes the cached accumulators to the store and empties the
+// cache.
+func (o *aggregateOp) writeBack() error {
+	for k, acc := range o.cache {
+		if err := o.acc.Put([]byte(k), acc); err != nil {
+			return err
+		}
+	}
+	clear(o.cache)
+	o.gen = o.st.Generation()
+	return nil
+}
+
+// Flush writes the cached accumulators to the store and emits, with emit:
+// checkpoint, the current values of the keys that changed since the last
+// checkpoint, in key order.
 func (o *aggregateOp) Flush(ctx pipeline.Context) error {
+	switch {
+	case o.cache == nil:
+	case o.st.Generation() != o.gen:
+		clear(o.cache) // rolled back since
+		o.gen = o.st.Generation()
+	default:
+		if err := o.writeBack(); err != nil {
+			return err
+		}
+	}
 	if len(o.dirty) == 0 {
 		return nil
 	}

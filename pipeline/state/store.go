@@ -388,6 +388,12 @@ func (s *Store) Expire(now time.Time, limit int) (int, error) {
 	return n, nil
 }
 
+// Generation changes whenever the store's content changes other than
+// through writes of its states: an Abort, a Restore. An operator that keeps
+// decoded state in memory between writes drops it when the generation
+// moved.
+func (s *Store) Generation() uint64 { return s.gen }
+
 // Stats returns the store's figures.
 func (s *Store) Stats() Stats {
 	ts := s.tab.stats()
