@@ -22,6 +22,7 @@ func TestBenchmarksPageIsWhatTheCommittedResultsSay(t *testing.T) {
 	for _, c := range []struct{ file, heading string }{
 		{"results/kafka.json", "**Kafka 4.4.0**"},
 		{"results/embedded.json", "**Embedded broker**"},
+		{"results/kafka-kstreams.json", "**Kafka 4.4.0 against the limit and Kafka Streams**"},
 	} {
 		res, err := ReadJSON(c.file)
 		if err != nil {
@@ -42,6 +43,31 @@ func TestBenchmarksPageIsWhatTheCommittedResultsSay(t *testing.T) {
 			end := bytes.Index(shown, []byte("\n\n"))
 			t.Errorf("docs/benchmarks.md, %s: the table is not what -report computes from %s.\npage:\n%s\n-report:\n%s",
 				c.heading, c.file, shown[:max(end, 0)], strings.TrimSpace(string(m[2])))
+		}
+	}
+}
+
+// TestBenchmarksPageShowsTheKStreamsSweep checks the per-configuration
+// tables of the sweep against the limit and Kafka Streams: each is on the
+// page as -report prints it from the committed results.
+func TestBenchmarksPageShowsTheKStreamsSweep(t *testing.T) {
+	page, err := os.ReadFile("../docs/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ReadJSON("results/kafka-kstreams.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	Report(&out, res)
+	tables := regexp.MustCompile(`(?m)^#### [^\n]*\n\n((?:\|.*\n)+)`).FindAllSubmatch(out.Bytes(), -1)
+	if len(tables) != 2 {
+		t.Fatalf("-report printed %d configuration tables, want 2:\n%s", len(tables), out.String())
+	}
+	for _, m := range tables {
+		if !bytes.Contains(page, m[1]) {
+			t.Errorf("docs/benchmarks.md does not show this table of results/kafka-kstreams.json:\n%s", m[1])
 		}
 	}
 }
