@@ -77,8 +77,8 @@ func countIsRight(seq int64, v []byte) bool {
 func arms(names []string, reg *pipeline.Registry, kstreams, noKStreams string) ([]*Arm, []string) {
 	all := map[string]*Arm{
 		"limit":      limitArm(),
-		"copy":       {Name: "copy", run: runCopy(false)},
-		"copy-rc":    {Name: "copy-rc", run: runCopy(true)},
+		"copy":       {Name: "copy", run: runCopyVariant(limitVariants[0])},
+		"copy-rc":    {Name: "copy-rc", run: runCopyVariant(copyVariant{name: "copy-rc", opts: []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}})},
 		"peer":       {Name: "peer", PerInterval: true, run: runPeer},
 		"pass":       {Name: "pass", PerInterval: true, run: runPipeline("[]")},
 		"filter-map": {Name: "filter-map", PerInterval: true, Keep: filterKeeps, run: runPipeline(filterMapSteps)},
@@ -311,55 +311,6 @@ func (f *firstErr) get() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.err
-}
-
-// runCopy is the physical limit: a plain consume→produce loop in a
-// consumer group, with franz-go's idempotent producer and no transactions.
-// Each acknowledged record counts as visible at once. readCommitted picks
-// the isolation level of its consumer.
-func runCopy(readCommitted bool) func(context.Context, *env) error {
-	return func(ctx context.Context, e *env) error {
-		opts := e.clientOpts()
-		if readCommitted {
-			opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-		}
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		var perr firstErr
-		acked := func(_ *kgo.Record, err error) {
-			if err != nil {
-				perr.set(err)
-				return
-			}
-			e.commit(1)
-		}
-		// Records polled are produced even when the run is told to stop.
-		pctx := context.WithoutCancel(ctx)
-		for {
-			fs := cl.PollFetches(ctx)
-			if ctx.Err() != nil {
-				break
-			}
-			if err := fetchErr(fs); err != nil {
-				return err
-			}
-			fs.EachRecord(func(r *kgo.Record) {
-				cl.Produce(pctx, &kgo.Record{Topic: e.out, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}, acked)
-			})
-			if err := perr.get(); err != nil {
-				return fmt.Errorf("producing: %w", err)
-			}
-		}
-		fctx, cancel := context.WithTimeout(pctx, 30*time.Second)
-		defer cancel()
-		if err := cl.Flush(fctx); err != nil {
-			return fmt.Errorf("flushing: %w", err)
-		}
-		return perr.get()
-	}
 }
 
 // runPeer is franz-go's exactly-once copy loop as its

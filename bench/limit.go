@@ -76,7 +76,10 @@ func (h *harness) limit(ctx context.Context, a *Arm, size, parts, round int, in 
 	return best
 }
 
-// runCopyVariant is the plain copy run as v says.
+// runCopyVariant is a plain consume→produce loop in a consumer group, with
+// franz-go's idempotent producer and no transactions, run as v says. Each
+// acknowledged record counts as visible at once. It is the copy and
+// copy-rc arms too.
 func runCopyVariant(v copyVariant) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
 		opts := append(e.clientOpts(), v.opts...)

@@ -111,18 +111,20 @@ func FormatRatios(w io.Writer, arms []string, rows []Row) {
 	for _, k := range order {
 		m := byKey[k]
 		line := []string{fmt.Sprintf("%d B", k.size), strconv.Itoa(k.parts), fmtInterval(time.Duration(k.iv * float64(time.Second)))}
-		for _, a := range arms {
-			if a == base {
-				continue
-			}
+		// cell is arm a's ratio f, or why there is none.
+		cell := func(a string, f func(Row) float64) string {
 			r, ok := m[a]
 			switch {
 			case !ok:
-				line = append(line, "–")
+				return "–"
 			case r.Failed != "":
-				line = append(line, "FAILED")
-			default:
-				line = append(line, fmtRatio(ratio(r)))
+				return "FAILED"
+			}
+			return fmtRatio(f(r))
+		}
+		for _, a := range arms {
+			if a != base {
+				line = append(line, cell(a, ratio))
 			}
 		}
 		if pass, ok := m["pass"]; ok && pass.Failed == "" {
@@ -131,26 +133,10 @@ func FormatRatios(w io.Writer, arms []string, rows []Row) {
 			line = append(line, "–")
 		}
 		for _, a := range toKS {
-			r, ok := m[a]
-			switch {
-			case !ok:
-				line = append(line, "–")
-			case r.Failed != "":
-				line = append(line, "FAILED")
-			default:
-				line = append(line, fmtRatio(r.KStreamsRatio))
-			}
+			line = append(line, cell(a, func(r Row) float64 { return r.KStreamsRatio }))
 		}
 		for _, a := range toPass {
-			r, ok := m[a]
-			switch {
-			case !ok:
-				line = append(line, "–")
-			case r.Failed != "":
-				line = append(line, "FAILED")
-			default:
-				line = append(line, fmtRatio(r.PassRatio))
-			}
+			line = append(line, cell(a, func(r Row) float64 { return r.PassRatio }))
 		}
 		t = append(t, line)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -227,35 +226,15 @@ func TestWindowedCountOnTheEmbeddedBroker(t *testing.T) {
 	if !slices.Contains(ops.NewRegistry().Kinds(), "window") {
 		t.Skip("the pipeline has no window operator")
 	}
-	dir := t.TempDir()
-	o := Options{
-		Broker: "embedded", Records: backlogRate * 3 / 2, Sizes: []int{100}, Partitions: []int{2},
-		Intervals: []time.Duration{100 * time.Millisecond}, Rounds: 1,
-		Arms:    []string{"pass", "windowed-count"},
-		Latency: true, LatencyFor: 300 * time.Millisecond, MaxRecords: 1000000, RunTimeout: 30 * time.Second,
-		JSON: filepath.Join(dir, "r.json"),
+	res, out := sweep(t, backlogRate*3/2, true, "pass", "windowed-count")
+	if !strings.Contains(out, "windowed-count: no latency runs") {
+		t.Errorf("the output does not say windowed-count has no latency runs:\n%s", out)
 	}
-	if err := o.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var out, msg strings.Builder
-	if err := Run(ctx, o, &out, &msg); err != nil {
-		t.Fatalf("Run: %v\n%s\n%s", err, out.String(), msg.String())
-	}
-	if !strings.Contains(out.String(), "windowed-count: no latency runs") {
-		t.Errorf("the output does not say windowed-count has no latency runs:\n%s", out.String())
-	}
-	if !strings.Contains(out.String(), "windowed-count ÷ pass") {
-		t.Errorf("the ratio table has no windowed-count ÷ pass:\n%s", out.String())
-	}
-	res, err := ReadJSON(o.JSON)
-	if err != nil {
-		t.Fatal(err)
+	if !strings.Contains(out, "windowed-count ÷ pass") {
+		t.Errorf("the ratio table has no windowed-count ÷ pass:\n%s", out)
 	}
 	if len(res.Rows) != 2 {
-		t.Fatalf("%d rows, want 2:\n%s", len(res.Rows), out.String())
+		t.Fatalf("%d rows, want 2:\n%s", len(res.Rows), out)
 	}
 	for _, r := range res.Rows {
 		if r.Failed != "" || r.RecordsPerSec <= 0 || r.TxPerSec <= 0 || r.PeakRSSMB <= 0 {
@@ -280,5 +259,5 @@ func TestWindowedCountOnTheEmbeddedBroker(t *testing.T) {
 			t.Errorf("windowed-count expected %d outputs, want %d: every key's first window", r.Outputs, numKeys)
 		}
 	}
-	t.Logf("\n%s", out.String())
+	t.Logf("\n%s", out)
 }
