@@ -138,27 +138,8 @@ fetch_jars() {
 
 # --- java ----------------------------------------------------------------------
 
-find_java() {
-	if [[ -n ${KAFKA_LOCAL_JAVA:-} ]]; then
-		JAVA=$KAFKA_LOCAL_JAVA
-	elif [[ -n ${JAVA_HOME:-} && -x $JAVA_HOME/bin/java ]]; then
-		JAVA=$JAVA_HOME/bin/java
-	else
-		JAVA=$(command -v java 2>/dev/null) ||
-			die_prereq "java not found (need Java 17 or newer): install a JDK or set JAVA_HOME"
-	fi
-	[[ -x $JAVA ]] || die_prereq "java not executable: $JAVA"
-	local line major
-	line=$("$JAVA" -version 2>&1 | grep -m 1 -Eo 'version "[^"]+"' || true)
-	major=${line#version \"}
-	major=${major%%\"*}
-	if [[ $major == 1.* ]]; then
-		major=${major#1.}
-	fi
-	major=${major%%[.+-]*}
-	[[ $major =~ ^[0-9]+$ ]] || die_prereq "cannot tell the version of $JAVA (need Java 17 or newer)"
-	((major >= 17)) || die_prereq "$JAVA is Java $major; Kafka $VERSION needs Java 17 or newer"
-}
+# shellcheck source=java.sh
+source "$SCRIPT_DIR/java.sh"
 
 # --- process -------------------------------------------------------------------
 
@@ -330,7 +311,7 @@ cmd_start() {
 	fi
 	rm -f "$PID_FILE"
 	touch "$MARKER"
-	find_java
+	find_java "${KAFKA_LOCAL_JAVA:-}" "Kafka $VERSION"
 	fetch_jars
 	java_cmd
 	local p
@@ -445,7 +426,7 @@ usage() {
 
 case ${1:-} in
 prepare)
-	find_java
+	find_java "${KAFKA_LOCAL_JAVA:-}" "Kafka $VERSION"
 	fetch_jars
 	log "Kafka $VERSION ready to run with $JAVA (jars in $LIB_DIR)"
 	;;

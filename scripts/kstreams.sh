@@ -60,27 +60,8 @@ die_prereq() { log "$*"; exit "$E_PREREQ"; }
 
 # --- java ----------------------------------------------------------------------
 
-find_java() {
-	if [[ -n ${KSTREAMS_JAVA:-} ]]; then
-		JAVA=$KSTREAMS_JAVA
-	elif [[ -n ${JAVA_HOME:-} && -x $JAVA_HOME/bin/java ]]; then
-		JAVA=$JAVA_HOME/bin/java
-	else
-		JAVA=$(command -v java 2>/dev/null) ||
-			die_prereq "java not found (need Java 17 or newer): install a JDK or set JAVA_HOME"
-	fi
-	[[ -x $JAVA ]] || die_prereq "java not executable: $JAVA"
-	local line major
-	line=$("$JAVA" -version 2>&1 | grep -m 1 -Eo 'version "[^"]+"' || true)
-	major=${line#version \"}
-	major=${major%%\"*}
-	if [[ $major == 1.* ]]; then
-		major=${major#1.}
-	fi
-	major=${major%%[.+-]*}
-	[[ $major =~ ^[0-9]+$ ]] || die_prereq "cannot tell the version of $JAVA (need Java 17 or newer)"
-	((major >= 17)) || die_prereq "$JAVA is Java $major; Kafka Streams 4.4 needs Java 17 or newer"
-}
+# shellcheck source=java.sh
+source "$SCRIPT_DIR/java.sh"
 
 # --- jar -----------------------------------------------------------------------
 
@@ -165,7 +146,7 @@ build_jar() {
 }
 
 prepare() {
-	find_java
+	find_java "${KSTREAMS_JAVA:-}" "Kafka Streams 4.4"
 	set_paths
 	build_jar
 }
