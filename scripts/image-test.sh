@@ -45,6 +45,11 @@ took=$(($(date +%s) - start))
 if [ "$code" != 0 ]; then
 	echo "image: exit status $code after SIGTERM"; $container logs "$name" 2>&1 | tail -20; exit 1
 fi
-$container logs "$name" 2>&1 | grep -q '^summary: .* 0 aborted' || { echo "image: no clean stop in the log"; exit 1; }
+$container logs "$name" 2>&1 | grep -q '^summary: .* 0 aborted' || {
+	echo "image: no clean stop in the log (a summary with 0 aborted checkpoints); its end:"
+	$container logs "$name" 2>&1 | grep -E '^summary: |level=(WARN|ERROR)|checkpoint aborted' | tail -20
+	$container logs "$name" 2>&1 | tail -20
+	exit 1
+}
 echo "image: SIGTERM: exit 0 after ${took}s"
 rm -f "$long"
