@@ -171,6 +171,25 @@ func grant(t *testing.T, adm *kadm.Client, resource, name, op string) {
 	if err != nil {
 		t.Fatalf("granting %s on %s %s: %v", op, resource, name, err)
 	}
+	// The broker's authorizer applies the new ACL when it replays the
+	// metadata log, a moment after CreateACLs returns: a run started at
+	// once could still be refused. Wait until the broker describes it
+	// (created for any host, "*").
+	b.AllowHosts("*")
+	for {
+		desc, err := adm.DescribeACLs(ctx, b)
+		if err == nil && len(desc) > 0 {
+			err = desc[0].Err
+		}
+		if err == nil && len(desc) > 0 && len(desc[0].Described) > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("granting %s on %s %s: the broker does not describe it after %v (last: %v)", op, resource, name, 30*time.Second, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // lastError is the error a pipeline that stopped printed last: from its
