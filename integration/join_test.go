@@ -163,6 +163,8 @@ func (e *env) killRepeatedly(t *testing.T, cfgPath string, kills, records int) {
 		delay := minStopDelay + time.Duration(rng.Int64N(int64(maxStopDelay-minStopDelay)))
 		p.sleepOrExit(t.Context(), delay)
 		p.Kill()
+		// A broker started moments ago may not have its group
+		// coordinator ready yet; that is not what this test is about.
 		var committed int64
 		WaitFor(t, 30*time.Second, "the group's committed offsets", func() (bool, string) {
 			c, _, err := e.committed()

@@ -70,33 +70,10 @@ func runCountKills(t *testing.T, backend string) {
 	if err := os.WriteFile(cfgPath, []byte(countConfig(e, partitions, extra)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(e2eSeed(t), 0))
 	span := time.Duration(kills)*maxStopDelay + 5*time.Second
 	input := StartInput(t, e.seeds, InputSpec{Topic: e.input, Records: records, Keys: keys, Rate: max(1, int(float64(records)/span.Seconds()))})
 	start := time.Now()
-	var last int64
-	for i := range kills {
-		p := e.startPipeline(cfgPath)
-		delay := minStopDelay + time.Duration(rng.Int64N(int64(maxStopDelay-minStopDelay)))
-		p.sleepOrExit(t.Context(), delay)
-		p.Kill()
-		// A broker started moments ago may not have its group
-		// coordinator ready yet; that is not what this test is about.
-		var committed int64
-		WaitFor(t, 30*time.Second, "the group's committed offsets", func() (bool, string) {
-			c, _, err := e.committed()
-			committed = c
-			return err == nil, fmt.Sprint(err)
-		})
-		if committed >= int64(records) {
-			t.Fatalf("SIGKILL %d came after everything was committed", i+1)
-		}
-		t.Logf("SIGKILL %d/%d after %v: %d committed (+%d)", i+1, kills, delay.Round(time.Millisecond), committed, committed-last)
-		last = committed
-	}
-	if last == 0 {
-		t.Fatal("nothing was committed across the kills: none hit a pipeline at work")
-	}
+	e.killRepeatedly(t, cfgPath, kills, records)
 	p := e.startPipeline(cfgPath)
 	input.Wait(t)
 	end := e.inputEnd()
