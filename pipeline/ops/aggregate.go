@@ -258,19 +258,14 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	if key == nil {
 		return fmt.Errorf("aggregate needs a record key; this record has none")
 	}
+	var acc map[string]any
 	if o.cache != nil {
-		err = o.foldCached(ctx, key, r)
+		acc, err = o.foldCached(ctx, key, r)
 	} else {
-		err = o.foldStored(ctx, key, r)
+		acc, err = o.foldStored(ctx, key, r)
 	}
 	if err != nil {
 		return err
-	}
-	acc := o.cache[string(key)]
-	if o.cache == nil {
-		if acc, _, err = o.acc.Get(key); err != nil {
-			return err
-		}
 	}
 	if o.def.emit == "checkpoint" {
 		o.dirty[string(key)] = r
@@ -285,26 +280,26 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	return nil
 }
 
-// foldStored adds r to key's accumulator in the store.
-func (o *aggregateOp) foldStored(ctx pipeline.Context, key []byte, r *pipeline.Record) error {
+// foldStored adds r to key's accumulator in the store, and returns it.
+func (o *aggregateOp) foldStored(ctx pipeline.Context, key []byte, r *pipeline.Record) (map[string]any, error) {
 	acc, _, err := o.acc.Get(key)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if acc == nil {
 		acc = map[string]any{}
 	}
 	for _, f := range o.def.fields {
 		if err := f.fold(ctx.Eval(), acc, r); err != nil {
-			return fmt.Errorf("field %s: %w", f.name, err)
+			return nil, fmt.Errorf("field %s: %w", f.name, err)
 		}
 	}
-	return o.acc.Put(key, acc)
+	return acc, o.acc.Put(key, acc)
 }
 
-// foldCached adds r to key's accumulator in the cache. A field that fails
-// leaves the accumulator as it was before r.
-func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.Record) error {
+// foldCached adds r to key's accumulator in the cache, and returns it. A
+// field that fails leaves the accumulator as it was before r.
+func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.Record) (map[string]any, error) {
 	if g := o.st.Generation(); g != o.gen {
 		// Aborted or restored: what the cache holds was rolled back.
 		clear(o.cache)
@@ -314,12 +309,12 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 	if !cached {
 		if len(o.cache) >= maxCached {
 			if err := o.writeBack(); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		var err error
 		if acc, _, err = o.acc.Get(key); err != nil {
-			return err
+			return nil, err
 		}
 		if acc == nil {
 			acc = map[string]any{}
@@ -340,13 +335,13 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 					delete(acc, g.name)
 				}
 			}
-			return fmt.Errorf("field %s: %w", f.name, err)
+			return nil, fmt.Errorf("field %s: %w", f.name, err)
 		}
 	}
 	if !cached {
 		o.cache[string(key)] = acc
 	}
-	return nil
+	return acc, nil
 }
 
 // writeBack writes the cached accumulators to the store and empties the
