@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -18,10 +16,8 @@ import (
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline"
-	"github.com/pipeline-run/pipeline/pipeline/ops"
 	"github.com/pipeline-run/pipeline/pipeline/optest"
 	"github.com/pipeline-run/pipeline/pipeline/state"
-	"github.com/pipeline-run/pipeline/runner"
 )
 
 // TestBatchOf drives the operator with optest's Context over a memory
@@ -125,26 +121,12 @@ sinks: {out: {topic: batches}}
 	}
 	// run runs the pipeline until it has read every event.
 	run := func(total int) {
-		reg := ops.NewRegistry()
-		if err := reg.Register("batch_of", newBatchOf); err != nil {
-			t.Fatal(err)
-		}
-		p, err := runner.New(cfg, reg, runner.WithSeedBrokers(b.Addrs()...),
-			runner.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- p.Run(runCtx) }()
+		p, stop := start(ctx, t, cfg, b.Addrs(), "batch_of", newBatchOf)
 		for p.Stats().RecordsIn < int64(total) && ctx.Err() == nil {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(300 * time.Millisecond) // a checkpoint or two past the last record
 		stop()
-		if err := <-done; err != nil {
-			t.Fatalf("run: %v", err)
-		}
 	}
 	produce(0, 43, 2)
 	run(43)

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -249,18 +247,7 @@ dead_letter: {topic: people-dlq}
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := ops.NewRegistry()
-	if err := reg.Register("mask", newMask); err != nil {
-		t.Fatal(err)
-	}
-	p, err := runner.New(cfg, reg, runner.WithSeedBrokers(b.Addrs()...),
-		runner.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx) }()
+	_, stop := start(ctx, t, cfg, b.Addrs(), "mask", newMask)
 
 	got := map[string][]string{}
 	for len(got["people-masked"])+len(got["people-dlq"]) < len(in) && ctx.Err() == nil {
@@ -269,9 +256,6 @@ dead_letter: {topic: people-dlq}
 		})
 	}
 	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
 	want := []string{`{"email":"***","name":"ada"}`, `{"name":"bob"}`}
 	if strings.Join(got["people-masked"], "\n") != strings.Join(want, "\n") {
 		t.Errorf("people-masked: got %q, want %q", got["people-masked"], want)
