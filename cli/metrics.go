@@ -106,9 +106,12 @@ func (m *metrics) observe(cp engine.Checkpoint) {
 		return
 	}
 	m.checkpoints.WithLabelValues("committed").Inc()
+	// Every committed checkpoint's duration: an idle one lasts its
+	// interval, and one that read nothing because the process or the
+	// broker stalled must still show how long it took.
+	m.duration.Observe(cp.Duration.Seconds())
+	m.commit.Observe(cp.Commit.Seconds())
 	if cp.Records > 0 {
-		m.duration.Observe(cp.Duration.Seconds())
-		m.commit.Observe(cp.Commit.Seconds())
 		m.records.Observe(float64(cp.Records))
 		m.bytes.Observe(float64(cp.Bytes))
 	}

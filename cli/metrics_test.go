@@ -244,3 +244,38 @@ func TestRestoreAndStateSeries(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryCommittedCheckpointHasADuration: a checkpoint that read nothing
+// (its process was paused while it waited for records) still shows how long
+// it lasted; only the records and bytes histograms leave it out.
+func TestEveryCommittedCheckpointHasADuration(t *testing.T) {
+	m := newMetrics(func() engine.Stats { return engine.Stats{} })
+	m.observe(engine.Checkpoint{ID: 1, Committed: true, Records: 10, Bytes: 900, Duration: 300 * time.Millisecond, Commit: 5 * time.Millisecond})
+	m.observe(engine.Checkpoint{ID: 2, Committed: true, Duration: 5600 * time.Millisecond, Commit: 2 * time.Millisecond})
+	m.observe(engine.Checkpoint{ID: 3, Duration: 7 * time.Second})
+	got := gather(t, m)
+	for k, w := range map[string]float64{
+		`pipeline_checkpoints_total{outcome="committed"}`: 2,
+		`pipeline_checkpoints_total{outcome="aborted"}`:   1,
+		`pipeline_checkpoint_duration_seconds`:            2,
+		`pipeline_checkpoint_commit_duration_seconds`:     2,
+		`pipeline_checkpoint_records`:                     1,
+		`pipeline_checkpoint_bytes`:                       1,
+	} {
+		if got[k] != w {
+			t.Errorf("%s = %v, want %v", k, got[k], w)
+		}
+	}
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != metricCheckpointDuration {
+			continue
+		}
+		if sum := f.GetMetric()[0].GetHistogram().GetSampleSum(); sum < 5.89 || sum > 5.91 {
+			t.Errorf("%s sums %v s, want 5.9 (the paused checkpoint's 5.6 s counted)", metricCheckpointDuration, sum)
+		}
+	}
+}
