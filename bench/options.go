@@ -29,6 +29,7 @@ type Options struct {
 	LatencyRate     float64         // records/s of the latency runs; 0: half the slowest arm's throughput
 	LatencySettle   time.Duration   // how long a latency run goes on after its start-up backlog is visible before it measures
 	MaxRecords      int             // checkpoint.max_records, and the peer's records per transaction
+	Restore         int             // keys of state each restore run restores; 0: no restore runs
 	Linger          time.Duration   // producer linger of every arm (the pipeline's producer.linger)
 	RunTimeout      time.Duration   // one arm run's limit
 	JSON, CSV       string          // result files; "" for none
@@ -70,6 +71,7 @@ func ParseFlags(args []string, w io.Writer) (Options, error) {
 	fs.DurationVar(&o.LatencyFor, "latency-duration", 10*time.Second, "how long each latency run measures (at least three checkpoint intervals)")
 	fs.DurationVar(&o.LatencySettle, "latency-settle", 2*time.Second, "how long each latency run goes on, once the records sent during the arm's start-up are visible, before it measures: the arm catches up on what arrived meanwhile")
 	fs.IntVar(&o.MaxRecords, "max-records", 1000000, "checkpoint.max_records of the pipeline arms; the peer commits after as many records")
+	fs.IntVar(&o.Restore, "restore", 0, "after the throughput rounds of each size and partition count, time a fresh instance restoring this many keys of state (one changelog record of about the record size each) once per round; 0: no restore runs")
 	fs.DurationVar(&o.Linger, "linger", 50*time.Millisecond, "producer linger of every arm: the pipeline's producer.linger, and the baselines' (default: the pipeline's default)")
 	fs.DurationVar(&o.RunTimeout, "run-timeout", 5*time.Minute, "limit of one arm run")
 	fs.StringVar(&o.JSON, "json", "", "write every run and the summary as JSON to `file`")
@@ -106,6 +108,9 @@ func ParseFlags(args []string, w io.Writer) (Options, error) {
 	}
 	if o.ProfileArms, err = parseArms(*profArms); err != nil {
 		return o, err
+	}
+	if o.Restore < 0 {
+		return o, usageErrorf("-restore must not be negative")
 	}
 	if err := o.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return o, usageErrorf("-log-level: %q is not debug, info, warn or error", *logLevel)

@@ -115,6 +115,7 @@ type Results struct {
 	Skipped    []string        `json:"skipped,omitempty"`
 	Runs       []ThroughputRun `json:"runs"`
 	Latencies  []LatencyRun    `json:"latencies,omitempty"`
+	Restores   []RestoreRun    `json:"restores,omitempty"`
 	Rows       []Row           `json:"rows"`
 	ProcessRSS int64           `json:"process_max_rss_bytes"` // getrusage's, over the whole process
 }

@@ -158,6 +158,11 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			return ErrFailed
 		}
 	}
+	for _, r := range h.res.Restores {
+		if r.Err != "" {
+			return ErrFailed
+		}
+	}
 	return nil
 }
 
@@ -222,6 +227,17 @@ func (h *harness) group(ctx context.Context, size, parts int, warm bool) error {
 		}
 	}
 
+	var restores []RestoreRun
+	for round := 1; round <= o.Rounds && o.Restore > 0; round++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r := h.restore(ctx, int64(o.Restore), size, parts, round)
+		restores = append(restores, r)
+		fmt.Fprintf(h.msg, "round %d/%d %d B %dp restore of %d keys: %s records/s in %.2f s, %.1f CPU-s %s\n", round, o.Rounds, size, parts, o.Restore, thousands(r.RecordsPerSec()), r.Seconds, r.CPUS, r.Err)
+	}
+	h.res.Restores = append(h.res.Restores, restores...)
+
 	if o.Latency {
 		// Arms with no latency runs (Run said why) do not set the rate.
 		var timed []*Arm
@@ -252,6 +268,7 @@ func (h *harness) group(ctx context.Context, size, parts int, warm bool) error {
 	}
 
 	h.res.Rows = append(h.res.Rows, printGroup(h.out, h.label, h.arms, size, parts, o.Intervals, o.Records, o.Rounds, h.res)...)
+	FormatRestores(h.out, restores)
 	return nil
 }
 
