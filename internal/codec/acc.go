@@ -57,6 +57,28 @@ func (Acc) Decode(src []byte) (map[string]any, error) {
 	return m, nil
 }
 
+// Check fails where Decode would, without building the value: a restore
+// checks every changelog record it reads, and building each accumulator
+// only to drop it was most of that check's cost.
+func (Acc) Check(src []byte) error {
+	if len(src) == 0 || src[0] != accBinary {
+		_, err := AccJSON{}.Decode(src)
+		return err
+	}
+	d := accDecoder{b: src, i: 1, skip: true}
+	if len(src) > 1 && src[1] != accMap {
+		_, err := Acc{}.Decode(src)
+		return err
+	}
+	if _, err := d.value(0); err != nil {
+		return fmt.Errorf("accumulator: %w", err)
+	}
+	if d.i != len(d.b) {
+		return errors.New("accumulator: unexpected data after the value")
+	}
+	return nil
+}
+
 func appendAcc(b []byte, x any) ([]byte, error) {
 	switch t := x.(type) {
 	case nil:
@@ -142,6 +164,9 @@ func appendAccJSON(b []byte, x any) ([]byte, error) {
 type accDecoder struct {
 	b []byte
 	i int
+	// skip reads and checks values without building them: value returns
+	// nil for each.
+	skip bool
 }
 
 var errAccTruncated = errors.New("truncated")
@@ -215,6 +240,9 @@ func (d *accDecoder) value(depth int) (any, error) {
 		return f, nil
 	case accString:
 		s, err := d.text()
+		if d.skip {
+			return nil, err
+		}
 		return string(s), err
 	case accList:
 		n, err := d.uvarint()
@@ -223,6 +251,14 @@ func (d *accDecoder) value(depth int) (any, error) {
 		}
 		if n > uint64(len(d.b)-d.i) { // every item takes a byte at least
 			return nil, errAccTruncated
+		}
+		if d.skip {
+			for range n {
+				if _, err := d.value(depth + 1); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
 		}
 		l := make([]any, n)
 		for i := range l {
@@ -239,7 +275,10 @@ func (d *accDecoder) value(depth int) (any, error) {
 		if n > uint64(len(d.b)-d.i)/2 { // a key length and a tag at least
 			return nil, errAccTruncated
 		}
-		m := make(map[string]any, n)
+		var m map[string]any
+		if !d.skip {
+			m = make(map[string]any, n)
+		}
 		for range n {
 			k, err := d.text()
 			if err != nil {
@@ -249,7 +288,9 @@ func (d *accDecoder) value(depth int) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			m[internKey(k)] = v
+			if !d.skip {
+				m[internKey(k)] = v
+			}
 		}
 		return m, nil
 	case accJSON:
@@ -257,7 +298,11 @@ func (d *accDecoder) value(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return DecodeJSON(j)
+		x, err := DecodeJSON(j)
+		if d.skip {
+			return nil, err
+		}
+		return x, err
 	}
 	return nil, fmt.Errorf("unknown tag %d at byte %d", tag, d.i-1)
 }

@@ -1,6 +1,8 @@
 package codec
 
 import (
+	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -65,6 +67,9 @@ func TestAccCodecRoundTripsAsJSONDoes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%#v: %v", acc, err)
 		}
+		if err := (Acc{}).Check(b); err != nil {
+			t.Fatalf("%#v decodes, but Check says %v", acc, err)
+		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%#v:\n binary round trip %#v\n JSON round trip   %#v", acc, got, want)
 		}
@@ -106,6 +111,29 @@ func TestAccCodecRefusesDamage(t *testing.T) {
 	if _, err := (Acc{}).Decode([]byte{accBinary, accInt, 4}); err == nil || !strings.Contains(err.Error(), "not an object") {
 		t.Errorf("not an object: %v", err)
 	}
+	// Check fails exactly where Decode does: on every cut, and on every
+	// byte of the encoding set to every value.
+	agree := func(what string, b []byte) {
+		t.Helper()
+		_, derr := Acc{}.Decode(b)
+		if cerr := (Acc{}).Check(b); (derr == nil) != (cerr == nil) {
+			t.Errorf("%s (%x): Decode says %v, Check %v", what, b, derr, cerr)
+		}
+	}
+	for i := 1; i <= len(b); i++ {
+		agree(fmt.Sprintf("cut to %d", i), b[:i])
+	}
+	agree("a trailing byte", append(b, 0))
+	agree("not an object", []byte{accBinary, accInt, 4})
+	agree("a JSON accumulator", []byte(`{"n":1}`))
+	agree("a JSON list", []byte(`[1]`))
+	for i := range b {
+		for v := range 256 {
+			m := bytes.Clone(b)
+			m[i] = byte(v)
+			agree(fmt.Sprintf("byte %d set to %d", i, v), m)
+		}
+	}
 }
 
 func FuzzAccCodecDecode(f *testing.F) {
@@ -114,6 +142,9 @@ func FuzzAccCodecDecode(f *testing.F) {
 	f.Add([]byte(`{"n":1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Acc{}.Decode(b)
+		if cerr := (Acc{}).Check(b); (err == nil) != (cerr == nil) {
+			t.Fatalf("%x: Decode says %v, Check %v", b, err, cerr)
+		}
 		if err != nil {
 			return
 		}

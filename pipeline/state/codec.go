@@ -43,8 +43,18 @@ type options[T any] struct {
 // WithCodec encodes the state's values with c instead of JSON.
 func WithCodec[T any](c Codec[T]) Option[T] { return func(o *options[T]) { o.codec = c } }
 
+// Checker is a Codec that can tell whether src decodes without decoding
+// it: Check fails exactly where Decode would. A restore checks every
+// changelog record it reads with it.
+type Checker interface {
+	Check(src []byte) error
+}
+
 // decodes returns a payload check for Restore: the payload decodes with c.
 func decodes[T any](c Codec[T]) func([]byte) error {
+	if ch, ok := c.(Checker); ok {
+		return ch.Check
+	}
 	return func(p []byte) error {
 		_, err := c.Decode(p)
 		return err
