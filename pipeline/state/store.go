@@ -274,7 +274,12 @@ func (s *Store) Restore(recs []ChangelogRecord, lastOffset int64) error {
 	}
 	applied := s.tab.appliedOffset()
 	ws := s.ws[:0]
-	at := make(map[string]int, len(recs)) // key → index in ws: the last record wins
+	// The memory table applies writes in order, so a key written twice
+	// ends with the last; pebble's index needs each key once, the last.
+	var at map[string]int // key → index in ws
+	if _, inOrder := s.tab.(*memTable); !inOrder {
+		at = make(map[string]int, len(recs))
+	}
 	fp := ""
 	for _, r := range recs {
 		if r.Offset >= 0 && r.Offset <= applied {
@@ -301,7 +306,9 @@ func (s *Store) Restore(recs []ChangelogRecord, lastOffset int64) error {
 			return &CorruptError{Store: s.name, Task: s.task, Offset: r.Offset, Err: fmt.Errorf("key %q: %w", r.Key, err)}
 		}
 		w := write{key: r.Key, val: r.Value, prev: -1}
-		if i, ok := at[string(r.Key)]; ok {
+		if at == nil {
+			ws = append(ws, w)
+		} else if i, ok := at[string(r.Key)]; ok {
 			ws[i] = w
 		} else {
 			at[string(r.Key)] = len(ws)
