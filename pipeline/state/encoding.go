@@ -55,7 +55,7 @@ func appendGroup(dst, prefix, key []byte, sub byte) []byte {
 // recordKey is a decoded changelog key.
 type recordKey struct {
 	meta   string // the metadata name; "" for a data record
-	state  string
+	state  []byte // the state's name (read only: it is the key's bytes)
 	key    []byte
 	mapKey []byte
 	group  int // for a map entry: the length of its group prefix; 0 otherwise
@@ -83,7 +83,7 @@ func parseKey(b []byte) (recordKey, error) {
 	if err != nil {
 		return recordKey{}, fmt.Errorf("key: %w", err)
 	}
-	rk := recordKey{state: string(state), key: key}
+	rk := recordKey{state: state, key: key}
 	if len(rest) == 0 {
 		return recordKey{}, errors.New("missing map-key flag")
 	}

@@ -348,7 +348,7 @@ func (s *Store) checkRecord(rk recordKey, val []byte) error {
 	if len(s.states) == 0 {
 		return nil
 	}
-	st, ok := s.states[rk.state]
+	st, ok := s.states[string(rk.state)]
 	if !ok {
 		names := make([]string, 0, len(s.states))
 		for n := range s.states {
