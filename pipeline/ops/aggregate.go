@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
 	"github.com/pipeline-run/pipeline/pipeline"
@@ -60,11 +61,12 @@ const (
 var aggKinds = []aggKind{aggCount, aggSum, aggMin, aggMax, aggAvg, aggFirst, aggLast, aggCollect, aggReduce}
 
 type aggField struct {
-	name string
-	kind aggKind
-	expr *pipeline.Expr // the value folded in; nil for a bare count
-	init *pipeline.Expr // reduce's initial state
-	max  int            // collect's bound
+	name     string
+	jsonName []byte // name as a JSON string, and a colon
+	kind     aggKind
+	expr     *pipeline.Expr // the value folded in; nil for a bare count
+	init     *pipeline.Expr // reduce's initial state
+	max      int            // collect's bound
 }
 
 type aggregateSpec struct {
@@ -113,6 +115,9 @@ func parseFields(s *pipeline.Spec, sub string, fields map[string]any) []aggField
 	for _, name := range names {
 		fsub := sub + "." + name
 		f := aggField{name: name}
+		if q, err := codec.AppendJSON(nil, name); err == nil {
+			f.jsonName = append(q, ':')
+		}
 		switch v := fields[name].(type) {
 		case string:
 			if v != string(aggCount) {
@@ -239,6 +244,8 @@ type aggregateOp struct {
 	gen   uint64
 	// saved is scratch space to undo a record's partial fold.
 	saved []savedField
+	// out is the chunk output values are written into (encodeResult).
+	out []byte
 }
 
 // maxCached bounds the keys an aggregate caches between two checkpoints;
@@ -271,11 +278,11 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 		o.dirty[string(key)] = r
 		return nil
 	}
-	out, err := o.result(acc)
+	out, err := o.encodeResult(acc)
 	if err != nil {
 		return err
 	}
-	r.Value.Set(out)
+	r.Value = pipeline.RawValue(out, pipeline.JSON)
 	ctx.Emit(r)
 	return nil
 }
@@ -388,34 +395,69 @@ func (o *aggregateOp) Flush(ctx pipeline.Context) error {
 		if !ok {
 			continue // expired since
 		}
-		out, err := o.result(acc)
+		out, err := o.encodeResult(acc)
 		if err != nil {
 			return err
 		}
-		r.Value.Set(out)
+		r.Value = pipeline.RawValue(out, pipeline.JSON)
 		ctx.Emit(r)
 	}
 	clear(o.dirty)
 	return nil
 }
 
-func (o *aggregateOp) result(acc map[string]any) (map[string]any, error) {
-	out := make(map[string]any, len(o.def.fields))
-	for _, f := range o.def.fields {
-		v := acc[f.name]
-		if f.kind == aggAvg {
-			pair, _ := v.([]any)
-			if len(pair) == 2 {
-				sum, _ := toFloat(pair[0])
-				n, _ := toFloat(pair[1])
-				if n > 0 {
-					v = sum / n
-				}
+// encodeResult writes the output value of acc as a JSON object, its
+// fields in name order, as the sink would have written the object: most
+// outputs go straight to a sink, and building the object only to encode it
+// was a tenth of a keyed count's work. A step after this one that reads
+// the value decodes it, as it would a record read from a topic.
+func (o *aggregateOp) encodeResult(acc map[string]any) ([]byte, error) {
+	if cap(o.out)-len(o.out) < outMin {
+		o.out = make([]byte, 0, outChunk)
+	}
+	b := o.out[len(o.out):]
+	b = append(b, '{')
+	var err error
+	for i, f := range o.def.fields {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, f.jsonName...)
+		if b, err = codec.AppendJSON(b, f.result(acc)); err != nil {
+			return nil, fmt.Errorf("field %s: %w", f.name, err)
+		}
+	}
+	b = append(b, '}')
+	if unsafe.SliceData(b) != unsafe.SliceData(o.out[len(o.out):]) {
+		return b, nil // outgrew the chunk: append gave it its own array
+	}
+	o.out = o.out[:len(o.out)+len(b)]
+	return b[:len(b):len(b)], nil
+}
+
+// Output values are written into chunks of outChunk bytes, one allocation
+// for many records; a chunk with less than outMin left is replaced. Each
+// value keeps its chunk alive until the record is produced.
+const (
+	outChunk = 16 << 10
+	outMin   = 512
+)
+
+// result is the field's output value from acc: avg's mean, the others'
+// accumulator.
+func (f *aggField) result(acc map[string]any) any {
+	v := acc[f.name]
+	if f.kind == aggAvg {
+		pair, _ := v.([]any)
+		if len(pair) == 2 {
+			sum, _ := toFloat(pair[0])
+			n, _ := toFloat(pair[1])
+			if n > 0 {
+				v = sum / n
 			}
 		}
-		out[f.name] = v
 	}
-	return out, nil
+	return v
 }
 
 // fold adds r to the field's accumulator in acc.

@@ -1,6 +1,9 @@
 package ops_test
 
 import (
+	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/pipeline-run/pipeline/pipeline"
@@ -92,4 +95,68 @@ func TestAggregateKeepsAccumulatorsRight(t *testing.T) {
 	if got := feed(`{"x":100}`, false); got != `{"n":4,"total":113}` {
 		t.Fatalf("after a restart: %s, want n 4 total 113", got)
 	}
+}
+
+// TestAggregateOutputsReadLikeObjects: an aggregate writes its outputs as
+// JSON, and a step after it reads their fields as it would an object's:
+// each output is the accumulator the records so far make, computed here
+// from the input.
+func TestAggregateOutputsReadLikeObjects(t *testing.T) {
+	f, _ := ops.NewRegistry().Lookup("aggregate")
+	s := pipeline.NewSpec("agg", "aggregate", "steps[0].aggregate", map[string]any{"fields": map[string]any{
+		"n": "count", "mean": map[string]any{"avg": "value.x"}, "last": map[string]any{"last": "value.s"},
+		"xs": map[string]any{"collect": "value.x", "max": 2}, "hi": map[string]any{"max": "value.x"},
+	}}, 1, func(string) int { return 0 })
+	def, err := f(s)
+	if err != nil || len(s.Problems()) > 0 {
+		t.Fatalf("building: %v %v", err, s.Problems())
+	}
+	sd := def.(pipeline.StatefulDefinition)
+	st, err := state.Open(state.NewMemory(), "t/agg", 0, sd.Fingerprint(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := sd.NewStatefulOperator(0, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := optest.NewContext(t)
+	next, err := pipeline.CompileExpr(`{twice: value.n * 2, mean: value.mean, last: value.last, xs: value.xs, hi: value.hi}`, pipeline.AnyResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs := []float64{3, 4.5, -2, 10}
+	strs := []string{"a", "b\"q", "ü", "d"}
+	sum := 0.0
+	for i, x := range xs {
+		r := jsonRecord(fmt.Sprintf(`{"x":%v,"s":%q}`, x, strs[i]))
+		r.Key = pipeline.RawValue([]byte("k"), pipeline.String)
+		if err := op.Process(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		out := ctx.Emitted("")[i]
+		got, err := ctx.Eval().Eval(next, out)
+		if err != nil {
+			t.Fatalf("output %d read by the next step: %v", i, err)
+		}
+		sum += x
+		hi := slices.Max(xs[:i+1])
+		var want = map[string]any{"twice": 2 * (i + 1), "mean": whole(sum / float64(i+1)), "last": strs[i], "hi": whole(hi)}
+		var recent []any
+		for _, y := range xs[max(0, i-1) : i+1] {
+			recent = append(recent, whole(y))
+		}
+		want["xs"] = recent
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("after record %d the next step reads %#v, want %#v", i, got, want)
+		}
+	}
+}
+
+// whole is x as a JSON round trip gives it: an int when it is whole.
+func whole(x float64) any {
+	if x == float64(int(x)) {
+		return int(x)
+	}
+	return x
 }
