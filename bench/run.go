@@ -329,6 +329,7 @@ func Report(w io.Writer, res *Results) {
 	for _, size := range sizes {
 		for _, p := range parts {
 			res.Rows = append(res.Rows, printGroup(w, res.Broker, as, size, p, intervals, records, rounds, res)...)
+			FormatRestores(w, slices.DeleteFunc(slices.Clone(res.Restores), func(r RestoreRun) bool { return r.Size != size || r.Partitions != p }))
 		}
 	}
 	names := make([]string, len(as))
