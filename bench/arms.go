@@ -166,6 +166,7 @@ type env struct {
 	extCPU  time.Duration
 	extRSS  int64
 	commits atomic.Int64 // transactions committed with records in them
+	commitT atomic.Int64 // their barrier, flush and commit (pipeline arms), in nanoseconds
 	aborts  atomic.Int64
 }
 
@@ -405,6 +406,7 @@ producer: {linger: %s}
 				switch {
 				case cp.Committed && cp.Records > 0:
 					e.commits.Add(1)
+					e.commitT.Add(int64(cp.Commit))
 					e.commit(int64(cp.Records))
 				case !cp.Committed:
 					e.aborts.Add(1)

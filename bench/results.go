@@ -31,10 +31,13 @@ type ThroughputRun struct {
 	StartupS float64 `json:"startup_s"` // from the arm's start to its first fetched batch
 	CPUS     float64 `json:"cpu_s"`     // process CPU time from the arm's start until it stopped
 	Commits  int64   `json:"commits"`   // transactions committed with records
-	Aborts   int64   `json:"aborts"`
-	PeakRSS  int64   `json:"peak_rss_bytes"` // the process's, sampled during the run
-	Load1    float64 `json:"load1"`          // the machine's 1-minute load average when the run ended
-	Err      string  `json:"error,omitempty"`
+	// CommitS is the time those checkpoints spent in their barrier, flush
+	// and commit, when reading stops (pipeline arms only).
+	CommitS float64 `json:"commit_s,omitempty"`
+	Aborts  int64   `json:"aborts"`
+	PeakRSS int64   `json:"peak_rss_bytes"` // the process's, sampled during the run
+	Load1   float64 `json:"load1"`          // the machine's 1-minute load average when the run ended
+	Err     string  `json:"error,omitempty"`
 	// Variant names the setting of a limit run (copyVariant).
 	Variant string `json:"variant,omitempty"`
 }

@@ -358,8 +358,12 @@ func brief(r ThroughputRun) string {
 	if r.Outputs != r.Records {
 		outs = fmt.Sprintf(" (%s outputs)", thousands(float64(r.Outputs)))
 	}
-	return fmt.Sprintf("%s rec/s, visible after %.2fs, %d commits, cpu %.2fs%s, load %.1f, gate ok%s",
-		thousands(r.RecordsPerSec()), r.VisibleS, r.Commits, r.CPUS, rss, r.Load1, outs)
+	commits := fmt.Sprintf("%d commits", r.Commits)
+	if r.CommitS > 0 {
+		commits += fmt.Sprintf(" taking %.2fs", r.CommitS)
+	}
+	return fmt.Sprintf("%s rec/s, visible after %.2fs, %s, cpu %.2fs%s, load %.1f, gate ok%s",
+		thousands(r.RecordsPerSec()), r.VisibleS, commits, r.CPUS, rss, r.Load1, outs)
 }
 
 // name returns a fresh name for a run's topics, group and transactional

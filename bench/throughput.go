@@ -45,6 +45,7 @@ func (h *harness) throughput(ctx context.Context, a *Arm, iv time.Duration, size
 	}
 	r.Load1 = loadAvg()
 	r.Commits, r.Aborts = e.commits.Load(), e.aborts.Load()
+	r.CommitS = time.Duration(e.commitT.Load()).Seconds()
 	if first := e.hooks.firstFetch.Load(); first > 0 && err == nil {
 		r.StartupS = time.Duration(first - t0.UnixNano()).Seconds()
 		r.ProcessingS = time.Duration(e.processedAt() - first).Seconds()
