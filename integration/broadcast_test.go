@@ -41,6 +41,9 @@ sinks:
 // every stream record comes out once, with its key's row or none, and the
 // versions of a key each task saw never go back, across the restores.
 func TestBroadcastJoinSurvivesRepeatedSIGKILL(t *testing.T) {
+	// CPU-light (input at a fixed rate, the time is waiting): it runs
+	// beside the suite's other parallel tests, after the serial ones.
+	t.Parallel()
 	for _, backend := range []string{"memory", "pebble"} {
 		t.Run(backend, func(t *testing.T) {
 			requireBinary(t)
@@ -144,6 +147,9 @@ func checkBroadcast(t *testing.T, e *env, records int) int {
 // with a SIGKILL: every stream record once, each task's view moving only
 // forward.
 func TestBroadcastJoinAcrossARebalance(t *testing.T) {
+	// CPU-light (input at a fixed rate, the time is waiting): it runs
+	// beside the suite's other parallel tests, after the serial ones.
+	t.Parallel()
 	requireBinary(t)
 	e := newEnv(t)
 	const partitions = 4

@@ -52,6 +52,9 @@ sinks:
 // pipeline is SIGKILLed at random points, on memory and pebble state, then
 // checks the output against the pairs the inputs make: each exactly once.
 func TestIntervalJoinSurvivesRepeatedSIGKILL(t *testing.T) {
+	// CPU-light (input at a fixed rate, the time is waiting): it runs
+	// beside the suite's other parallel tests, after the serial ones.
+	t.Parallel()
 	for _, backend := range []string{"memory", "pebble"} {
 		t.Run(backend, func(t *testing.T) { runJoinKills(t, backend) })
 	}
@@ -94,6 +97,9 @@ func runJoinKills(t *testing.T, backend string) {
 // it takes over), then one again after the first is SIGKILLed and
 // restarted: no pair may be lost or emitted twice across the moves.
 func TestIntervalJoinAcrossARebalance(t *testing.T) {
+	// CPU-light (input at a fixed rate, the time is waiting): it runs
+	// beside the suite's other parallel tests, after the serial ones.
+	t.Parallel()
 	requireBinary(t)
 	e := newEnv(t)
 	const partitions = 4

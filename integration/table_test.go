@@ -47,6 +47,9 @@ sinks:
 // the pipeline is SIGKILLed at random points, on memory and pebble state,
 // then checks the output against the rows the inputs call for.
 func TestTableJoinSurvivesRepeatedSIGKILL(t *testing.T) {
+	// CPU-light (input at a fixed rate, the time is waiting): it runs
+	// beside the suite's other parallel tests, after the serial ones.
+	t.Parallel()
 	for _, backend := range []string{"memory", "pebble"} {
 		t.Run(backend, func(t *testing.T) { runTableKills(t, backend) })
 	}
@@ -88,6 +91,9 @@ func runTableKills(t *testing.T, backend string) {
 // waiting records and table versions) from one instance to two and back,
 // with a SIGKILL: no result may be lost, doubled or wrong.
 func TestTableJoinAcrossARebalance(t *testing.T) {
+	// CPU-light (input at a fixed rate, the time is waiting): it runs
+	// beside the suite's other parallel tests, after the serial ones.
+	t.Parallel()
 	requireBinary(t)
 	e := newEnv(t)
 	const partitions = 4
