@@ -274,6 +274,9 @@ func (s *Store) Restore(recs []ChangelogRecord, lastOffset int64) error {
 	}
 	applied := s.tab.appliedOffset()
 	ws := s.ws[:0]
+	if cap(ws) < len(recs) {
+		ws = make([]write, 0, len(recs))
+	}
 	// The memory table applies writes in order, so a key written twice
 	// ends with the last; pebble's index needs each key once, the last.
 	var at map[string]int // key → index in ws
