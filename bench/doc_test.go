@@ -70,4 +70,13 @@ func TestBenchmarksPageShowsTheKStreamsSweep(t *testing.T) {
 			t.Errorf("docs/benchmarks.md does not show this table of results/kafka-kstreams.json:\n%s", m[1])
 		}
 	}
+	restores := regexp.MustCompile(`(?m)^restore of .*$`).FindAll(out.Bytes(), -1)
+	if len(restores) != 2 {
+		t.Fatalf("-report printed %d restore lines, want 2:\n%s", len(restores), out.String())
+	}
+	for _, l := range restores {
+		if !bytes.Contains(page, l) {
+			t.Errorf("docs/benchmarks.md does not show this restore of results/kafka-kstreams.json:\n%s", l)
+		}
+	}
 }
