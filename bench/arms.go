@@ -378,13 +378,14 @@ func runPeer(ctx context.Context, e *env) error {
 // runPipeline runs this repository's pipeline in the process, with steps
 // (YAML) between one source and one sink, and every other setting at its
 // default but the checkpoint interval, max_records and the producer linger.
-func runPipeline(steps string) func(context.Context, *env) error {
-	return func(ctx context.Context, e *env) error {
-		quoted := make([]string, len(e.seeds))
-		for i, s := range e.seeds {
-			quoted[i] = fmt.Sprintf("%q", s)
-		}
-		y := fmt.Sprintf(`name: %s
+// pipelineConfig is the config of a pipeline arm named e.name running
+// steps from e.in to e.out.
+func pipelineConfig(e *env, steps string) (*config.Config, error) {
+	quoted := make([]string, len(e.seeds))
+	for i, s := range e.seeds {
+		quoted[i] = fmt.Sprintf("%q", s)
+	}
+	y := fmt.Sprintf(`name: %s
 brokers: [%s]
 instance_id: bench
 checkpoint: {interval: %s, max_records: %d}
@@ -393,10 +394,19 @@ steps: %s
 sinks: {out: {topic: %s}}
 producer: {linger: %s}
 `, e.name, strings.Join(quoted, ", "), e.interval, e.maxRecords, e.in, steps, e.out, e.linger)
-		noEnv := func(string) (string, bool) { return "", false }
-		cfg, err := config.Parse([]byte(y), e.name+".yaml", noEnv)
+	noEnv := func(string) (string, bool) { return "", false }
+	cfg, err := config.Parse([]byte(y), e.name+".yaml", noEnv)
+	if err != nil {
+		return nil, fmt.Errorf("the bench's pipeline config: %w", err)
+	}
+	return cfg, nil
+}
+
+func runPipeline(steps string) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		cfg, err := pipelineConfig(e, steps)
 		if err != nil {
-			return fmt.Errorf("the bench's pipeline config: %w", err)
+			return err
 		}
 		p, err := engine.New(cfg, nil,
 			engine.WithLogger(e.log),

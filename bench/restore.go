@@ -9,12 +9,10 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/internal/engine"
 )
 
@@ -129,21 +127,9 @@ func (h *harness) wake(ctx context.Context, topic string, parts int) error {
 // restored) to the first moment none is and every key's record was read;
 // then it waits for a checkpoint to count the stores' keys: want.
 func (h *harness) timeRestore(ctx context.Context, r *RestoreRun, name, in, out string, want int64) error {
-	quoted := make([]string, len(h.seeds))
-	for i, s := range h.seeds {
-		quoted[i] = strconv.Quote(s)
-	}
-	y := fmt.Sprintf(`name: %s
-brokers: [%s]
-instance_id: bench
-checkpoint: {interval: 100ms}
-sources: {in: {topics: [%s]}}
-steps: %s
-sinks: {out: {topic: %s}}
-`, name, strings.Join(quoted, ", "), in, restoreSteps, out)
-	cfg, err := config.Parse([]byte(y), name+".yaml", func(string) (string, bool) { return "", false })
+	cfg, err := pipelineConfig(h.env(&Arm{}, name, in, out, 100*time.Millisecond, 0), restoreSteps)
 	if err != nil {
-		return fmt.Errorf("the bench's pipeline config: %w", err)
+		return err
 	}
 	p, err := engine.New(cfg, nil, engine.WithLogger(h.log), engine.WithSeedBrokers(h.seeds...))
 	if err != nil {
