@@ -14,19 +14,25 @@ import (
 // what it printed.
 func sweep(t *testing.T, records int, latency bool, arms ...string) (*Results, string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("runs a broker")
-	}
-	o := Options{
+	return sweepWith(t, Options{
 		Broker: "embedded", Records: records, Sizes: []int{100}, Partitions: []int{2},
 		Intervals: []time.Duration{100 * time.Millisecond}, Rounds: 1, Arms: arms,
 		Latency: latency, LatencyFor: 300 * time.Millisecond, MaxRecords: 1000000, RunTimeout: 30 * time.Second,
-		JSON: filepath.Join(t.TempDir(), "r.json"),
+	})
+}
+
+// sweepWith runs the sweep o on the embedded broker, its JSON written to a
+// temporary file, and returns its results and what it printed.
+func sweepWith(t *testing.T, o Options) (*Results, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs a broker")
 	}
+	o.JSON = filepath.Join(t.TempDir(), "r.json")
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, msg strings.Builder
 	if err := Run(ctx, o, &out, &msg); err != nil {
