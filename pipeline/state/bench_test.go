@@ -236,29 +236,13 @@ func BenchmarkRestore(b *testing.B) {
 		registered bool
 	}{{"memory/registered", "memory", true}, {"memory/unregistered", "memory", false}, {"pebble/registered", "pebble", true}, {"pebble/unregistered", "pebble", false}} {
 		b.Run(bench.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				s, err := Open(benchBackend(b, bench.backend), "bench", 0, testFP, nil)
-				if err != nil {
-					b.Fatal(err)
+			benchRestoreInto(b, recs, batch, func(s *Store) error {
+				if !bench.registered {
+					return nil
 				}
-				if bench.registered {
-					if _, err := NewValue[benchAcc](s, "v", TTLConfig{TTL: time.Hour}); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StartTimer()
-				for off := 0; off < n; off += batch {
-					if err := s.Restore(recs[off:off+batch], int64(off+batch-1)); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StopTimer()
-				_ = s.Close()
-				b.StartTimer()
-			}
-			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+				_, err := NewValue[benchAcc](s, "v", TTLConfig{TTL: time.Hour})
+				return err
+			}, func() Backend { return benchBackend(b, bench.backend) })
 		})
 	}
 }
@@ -280,19 +264,29 @@ func BenchmarkRestoreAccumulators(b *testing.B) {
 		}
 		recs[i] = ChangelogRecord{Key: appendGroup(nil, prefix, fmt.Appendf(nil, "r%d", i), subNone), Value: acc, Offset: int64(i)}
 	}
+	benchRestoreInto(b, recs, batch, func(s *Store) error {
+		_, err := NewValue[map[string]any](s, "acc", TTLConfig{}, WithCodec[map[string]any](codec.Acc{}))
+		return err
+	}, func() Backend { return NewMemory() })
+}
+
+// benchRestoreInto times restoring recs, in batches of batch, into a fresh
+// store on a backend from backend, with the states register registers.
+func benchRestoreInto(b *testing.B, recs []ChangelogRecord, batch int, register func(*Store) error, backend func() Backend) {
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
-		s, err := Open(NewMemory(), "bench", 0, testFP, nil)
+		s, err := Open(backend(), "bench", 0, testFP, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := NewValue[map[string]any](s, "acc", TTLConfig{}, WithCodec[map[string]any](codec.Acc{})); err != nil {
+		if err := register(s); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		for off := 0; off < n; off += batch {
-			if err := s.Restore(recs[off:off+batch], int64(off+batch-1)); err != nil {
+		for off := 0; off < len(recs); off += batch {
+			end := min(off+batch, len(recs))
+			if err := s.Restore(recs[off:end], int64(end-1)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -300,5 +294,5 @@ func BenchmarkRestoreAccumulators(b *testing.B) {
 		_ = s.Close()
 		b.StartTimer()
 	}
-	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(len(recs)*b.N)/b.Elapsed().Seconds(), "records/s")
 }
