@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"strconv"
-	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -81,13 +80,11 @@ type sinkOp struct {
 	// GC were a third of a pass-through's CPU. A chunk lives until the
 	// last record cut from it is acknowledged and dropped.
 	recs  []kgo.Record
-	bytes []byte
+	chunk codec.Chunk
 }
 
 const (
-	recChunk   = 64       // output records per allocation
-	bytesChunk = 16 << 10 // bytes of encoded values per allocation
-	bytesMin   = 512      // room left below which a new chunk is started
+	recChunk = 64 // output records per allocation
 )
 
 // newRecord returns a zeroed record from the current chunk.
@@ -110,19 +107,11 @@ func (s *sinkOp) encodeValue(v *pipeline.Value, f pipeline.Format) ([]byte, erro
 	if _, ok := obj.([]byte); ok || obj == nil {
 		return v.Encode(f)
 	}
-	if cap(s.bytes)-len(s.bytes) < bytesMin {
-		s.bytes = make([]byte, 0, bytesChunk)
-	}
-	tail := s.bytes[len(s.bytes):]
-	out, err := codec.AppendJSON(tail, obj)
+	out, err := codec.AppendJSON(s.chunk.Tail(), obj)
 	if err != nil {
 		return nil, fmt.Errorf("encoding JSON: %w", err)
 	}
-	if len(out) == 0 || unsafe.SliceData(out) != unsafe.SliceData(tail) {
-		return out, nil // outgrew the chunk: append gave it its own array
-	}
-	s.bytes = s.bytes[:len(s.bytes)+len(out)]
-	return out[:len(out):len(out)], nil
+	return s.chunk.Keep(out), nil
 }
 
 func (s *sinkOp) Process(ctx pipeline.Context, r *pipeline.Record) error {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unsafe"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
 	"github.com/pipeline-run/pipeline/pipeline"
@@ -244,8 +243,8 @@ type aggregateOp struct {
 	gen   uint64
 	// saved is scratch space to undo a record's partial fold.
 	saved []savedField
-	// out is the chunk output values are written into (encodeResult).
-	out []byte
+	// chunk holds output values, many to an allocation (encodeResult).
+	chunk codec.Chunk
 }
 
 // maxCached bounds the keys an aggregate caches between two checkpoints;
@@ -412,10 +411,7 @@ func (o *aggregateOp) Flush(ctx pipeline.Context) error {
 // was a tenth of a keyed count's work. A step after this one that reads
 // the value decodes it, as it would a record read from a topic.
 func (o *aggregateOp) encodeResult(acc map[string]any) ([]byte, error) {
-	if cap(o.out)-len(o.out) < outMin {
-		o.out = make([]byte, 0, outChunk)
-	}
-	b := o.out[len(o.out):]
+	b := o.chunk.Tail()
 	b = append(b, '{')
 	var err error
 	for i, f := range o.def.fields {
@@ -427,21 +423,8 @@ func (o *aggregateOp) encodeResult(acc map[string]any) ([]byte, error) {
 			return nil, fmt.Errorf("field %s: %w", f.name, err)
 		}
 	}
-	b = append(b, '}')
-	if unsafe.SliceData(b) != unsafe.SliceData(o.out[len(o.out):]) {
-		return b, nil // outgrew the chunk: append gave it its own array
-	}
-	o.out = o.out[:len(o.out)+len(b)]
-	return b[:len(b):len(b)], nil
+	return o.chunk.Keep(append(b, '}')), nil
 }
-
-// Output values are written into chunks of outChunk bytes, one allocation
-// for many records; a chunk with less than outMin left is replaced. Each
-// value keeps its chunk alive until the record is produced.
-const (
-	outChunk = 16 << 10
-	outMin   = 512
-)
 
 // result is the field's output value from acc: avg's mean, the others'
 // accumulator.
