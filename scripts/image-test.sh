@@ -45,10 +45,13 @@ took=$(($(date +%s) - start))
 if [ "$code" != 0 ]; then
 	echo "image: exit status $code after SIGTERM"; $container logs "$name" 2>&1 | tail -20; exit 1
 fi
-$container logs "$name" 2>&1 | grep -q '^summary: .* 0 aborted' || {
+# The log is read once into a variable: `logs | grep -q` under pipefail
+# fails whenever grep stops reading before the engine finished writing.
+log=$($container logs "$name" 2>&1)
+grep -q '^summary: .* 0 aborted' <<<"$log" || {
 	echo "image: no clean stop in the log (a summary with 0 aborted checkpoints); its end:"
-	$container logs "$name" 2>&1 | grep -E '^summary: |level=(WARN|ERROR)|checkpoint aborted' | tail -20
-	$container logs "$name" 2>&1 | tail -20
+	grep -E '^summary: |level=(WARN|ERROR)|checkpoint aborted' <<<"$log" | tail -20
+	tail -20 <<<"$log"
 	exit 1
 }
 echo "image: SIGTERM: exit 0 after ${took}s"
