@@ -71,6 +71,9 @@ func createWindowTopics(t *testing.T, e *env, partitions int32) {
 // input: each emitted exactly once, with the exact count and sum, and none
 // of those still open emitted at all.
 func TestWindowedCountsSurviveRepeatedSIGKILL(t *testing.T) {
+	// CPU-light (input at a fixed rate, the time is waiting): it runs
+	// beside the suite's other parallel tests, after the serial ones.
+	t.Parallel()
 	for _, backend := range []string{"memory", "pebble"} {
 		t.Run(backend, func(t *testing.T) { runWindowKills(t, backend) })
 	}
@@ -115,6 +118,9 @@ func runWindowKills(t *testing.T, backend string) {
 // back. No window may be emitted twice, missed, or miscounted across the
 // moves.
 func TestWindowedCountsAcrossARebalance(t *testing.T) {
+	// CPU-light (input at a fixed rate, the time is waiting): it runs
+	// beside the suite's other parallel tests, after the serial ones.
+	t.Parallel()
 	requireBinary(t)
 	e := newEnv(t)
 	const partitions, keys = 4, 50
