@@ -49,6 +49,10 @@ type Expr struct {
 	// value or key, which Eval reads without running the program.
 	direct directRead
 	field  string
+	// fast, when set, evaluates the expression without the VM (see
+	// compileFast); bool says the VM is asked for a bool.
+	fast fastFn
+	bool bool
 }
 
 // directRead is an expression simple enough to read without the VM.
@@ -87,7 +91,7 @@ func compileExpr(src string, want ExprResult, fastMembers bool) (*Expr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("expression %q: %v", src, err)
 	}
-	e := &Expr{src: src, prog: prog}
+	e := &Expr{src: src, prog: prog, bool: want == BoolResult}
 	node := prog.Node()
 	ast.Walk(&node, &usesVisitor{uses: &e.uses})
 	fv := &fieldsVisitor{}
@@ -96,6 +100,7 @@ func compileExpr(src string, want ExprResult, fastMembers bool) (*Expr, error) {
 	if want == AnyResult {
 		e.direct, e.field = directOf(node)
 	}
+	e.fast = compileFast(node)
 	return e, nil
 }
 
@@ -237,8 +242,9 @@ func (v *usesVisitor) Visit(n *ast.Node) {
 // Evaluator evaluates expressions against records. It is not safe for
 // concurrent use: give each task or worker its own.
 type Evaluator struct {
-	vm  vm.VM
-	env ExprEnv
+	vm   vm.VM
+	env  ExprEnv
+	fenv fastEnv
 }
 
 // Eval evaluates e against r. Only the parts of r the expression names are
@@ -251,6 +257,11 @@ func (ev *Evaluator) Eval(e *Expr, r *Record) (any, error) {
 func (ev *Evaluator) EvalState(e *Expr, r *Record, state any) (any, error) {
 	if e.direct != notDirect {
 		if out, ok, err := e.read(r); ok || err != nil {
+			return out, err
+		}
+	}
+	if e.fast != nil {
+		if out, ok, err := ev.evalFast(e, r, state); ok || err != nil {
 			return out, err
 		}
 	}
@@ -287,6 +298,28 @@ func (ev *Evaluator) EvalState(e *Expr, r *Record, state any) (any, error) {
 		return nil, fmt.Errorf("evaluating %q: %w", e.src, err)
 	}
 	return out, nil
+}
+
+// evalFast runs e's fast evaluator; ok is false where the VM must answer.
+// It decodes what the VM would, so it fails where the VM does.
+func (ev *Evaluator) evalFast(e *Expr, r *Record, state any) (out any, ok bool, err error) {
+	env := &ev.fenv
+	*env = fastEnv{r: r, state: state}
+	if e.uses&useKey != 0 {
+		if env.key, err = r.Key.Get(); err != nil {
+			return nil, false, fmt.Errorf("key: %w", err)
+		}
+	}
+	if e.uses&useValue != 0 {
+		if env.value, err = r.Value.Get(); err != nil {
+			return nil, false, fmt.Errorf("value: %w", err)
+		}
+	}
+	v, ok := e.fast(env)
+	if !ok || (e.bool && v.k != vBool) {
+		return nil, false, nil
+	}
+	return v.box(), true, nil
 }
 
 // read evaluates a direct expression, as the program would; ok is false

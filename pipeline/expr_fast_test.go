@@ -1,0 +1,194 @@
+package pipeline
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// fastExprs are expressions the fast evaluator takes on, with the result
+// the VM is asked for.
+var fastExprs = []struct {
+	src  string
+	want ExprResult
+}{
+	{"value.seq % 10 != 3", BoolResult},
+	{"value.seq % value.n == 0", BoolResult},
+	{"value.a > 1 && value.b < 2.5", BoolResult},
+	{"value.a >= value.b || value.s == 'x'", BoolResult},
+	{"value.a <= value.b", BoolResult},
+	{"value.s > 'm'", BoolResult},
+	{"!(value.flag)", BoolResult},
+	{"not value.flag", BoolResult},
+	{"value.flag", BoolResult},
+	{"value.a == value.b", BoolResult},
+	{"value.a != nil", BoolResult},
+	{"value.n.a == 1", BoolResult},
+	{"key == 'k1' and value.a > 0", BoolResult},
+	{"value.a && value.b", AnyResult},
+	{"value.a || value.b", AnyResult},
+	{"{seq: value.seq, ts: value.ts, pad: value.pad, twice: value.seq * 2}", AnyResult},
+	{"value.a + value.b", AnyResult},
+	{"value.a - value.b * 3", AnyResult},
+	{"value.a / value.b", AnyResult},
+	{"value.a % value.b", AnyResult},
+	{"-value.a", AnyResult},
+	{"+value.a", AnyResult},
+	{"value.s + '!'", AnyResult},
+	{"value.a > 0 ? value.s : value.b", AnyResult},
+	{"[value.a, value.s, 1.5, nil, true]", AnyResult},
+	{"{k: key, t: topic, p: partition, o: offset, ts: timestamp, late: timestamp - value.a}", AnyResult},
+	{"value.n.a + 1", AnyResult},
+	{"value.n", AnyResult},
+	{"offset", AnyResult},
+	{"-offset", AnyResult},
+	{"offset * 2", AnyResult},
+	{"1 + 2 * 3", AnyResult},
+	{"2.5 * value.a", AnyResult},
+	{"value.seq / 0", AnyResult},
+	{"(value.a - value.a) / (value.b - value.b) < 1", BoolResult},
+	{"state.total + value.a", AnyResult},
+	{"state == nil ? value.a : state.total", AnyResult},
+}
+
+// fastValues are values of every shape the expressions may meet,
+// including those the fast evaluator leaves to the VM.
+var fastValues = []string{
+	`{"seq":7,"n":3,"a":2,"b":1.5,"s":"x","flag":true,"ts":99,"pad":"ppp"}`,
+	`{"seq":30,"n":0,"a":-4,"b":-4,"s":"zz","flag":false}`,
+	`{"seq":13,"n":{"a":1},"a":9007199254740993,"b":9007199254740992,"s":"m"}`,
+	`{"seq":1.5,"a":"2","b":true,"flag":1,"n":[1,2]}`,
+	`{"a":null,"b":null,"s":null,"flag":null,"seq":null,"n":{"a":null}}`,
+	`{"a":1e308,"b":1e308,"seq":-7,"n":-2}`,
+	`{"a":{"x":1},"b":{"x":1},"s":["x"],"n":{"a":"1"}}`,
+	`{"a":true,"b":false,"flag":false,"s":"","seq":0,"n":1}`, `{"a":false,"b":"yes"}`,
+	`{}`, `[1,2]`, `"text"`, `12`, `null`, `{"seq":`,
+}
+
+var fastStates = []any{nil, map[string]any{"total": 5}, map[string]any{"total": 2.5}, map[string]any{}, "plain"}
+
+// vmOnly is e with every way around the VM turned off.
+func vmOnly(e *Expr) *Expr {
+	p := *e
+	p.direct, p.fast = notDirect, nil
+	return &p
+}
+
+// TestFastAgreesWithTheVM: on every value, the fast evaluator gives what
+// the VM gives, errors included, or leaves the answer to it; and it
+// answers each expression at least once.
+func TestFastAgreesWithTheVM(t *testing.T) {
+	for _, x := range fastExprs {
+		e, err := CompileExpr(x.src, x.want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.fast == nil {
+			t.Errorf("%s: not taken by the fast evaluator", x.src)
+			continue
+		}
+		answered := 0
+		for _, v := range fastValues {
+			for _, st := range fastStates {
+				answered += checkFast(t, e, v, st)
+			}
+		}
+		if answered == 0 {
+			t.Errorf("%s: the fast evaluator answered on no value", x.src)
+		}
+	}
+}
+
+// checkFast compares e's answer on value raw and state st with the VM's,
+// and returns 1 when the fast evaluator gave it.
+func checkFast(t *testing.T, e *Expr, raw string, st any) int {
+	t.Helper()
+	rec := func() *Record {
+		r := NewRecord(&kgo.Record{Topic: "in", Partition: 2, Offset: 1 << 40, Key: []byte("k1"),
+			Value: []byte(raw), Timestamp: time.UnixMilli(1_700_000_000_123)}, String, JSON)
+		return r
+	}
+	var ev1, ev2, ev3 Evaluator
+	got, gerr := ev1.EvalState(e, rec(), st)
+	want, werr := ev2.EvalState(vmOnly(e), rec(), st)
+	if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+		t.Errorf("%s on %s, state %v: error %v, the VM's %v", e.src, raw, st, gerr, werr)
+	}
+	if !reflect.DeepEqual(got, want) && !bothNaN(got, want) {
+		t.Errorf("%s on %s, state %v: %#v, the VM gives %#v", e.src, raw, st, got, want)
+	}
+	if e.fast == nil {
+		return 0
+	}
+	if _, ok, _ := ev3.evalFast(e, rec(), st); ok {
+		return 1
+	}
+	return 0
+}
+
+func bothNaN(a, b any) bool {
+	x, ok1 := a.(float64)
+	y, ok2 := b.(float64)
+	return ok1 && ok2 && x != x && y != y
+}
+
+// TestFastLeavesTheRestToTheVM: what the fast evaluator does not know is
+// compiled for the VM alone, and still evaluates.
+func TestFastLeavesTheRestToTheVM(t *testing.T) {
+	for _, src := range []string{
+		"len(value.s)", "value?.a", "let x = value.a; x + 1", "value.a in [1, 2]",
+		"value.a ?? 0", "headers.h", "value.s startsWith 'x'", "value.a ** 2",
+		"filter([1, 2], # > 1)", "value.list[0]", "$env.value",
+	} {
+		e, err := CompileExpr(src, AnyResult)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if e.fast != nil {
+			t.Errorf("%s: taken by the fast evaluator", src)
+		}
+		checkFast(t, e, fastValues[0], nil)
+	}
+}
+
+// FuzzFastAgreesWithTheVM runs every fast expression on arbitrary values.
+func FuzzFastAgreesWithTheVM(f *testing.F) {
+	for _, v := range fastValues {
+		f.Add(v)
+	}
+	var exprs []*Expr
+	for _, x := range fastExprs {
+		e, err := CompileExpr(x.src, x.want)
+		if err != nil {
+			f.Fatal(err)
+		}
+		exprs = append(exprs, e)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		for _, e := range exprs {
+			for _, st := range fastStates {
+				checkFast(t, e, raw, st)
+			}
+		}
+	})
+}
+
+// TestFastMakesNewObjects: each evaluation of a literal is a new object,
+// as the VM's is: operators change what they are given.
+func TestFastMakesNewObjects(t *testing.T) {
+	e, err := CompileExpr("{a: [value.a]}", AnyResult)
+	if err != nil || e.fast == nil {
+		t.Fatalf("fast %v, %v", e.fast != nil, err)
+	}
+	var ev Evaluator
+	r := NewRecord(&kgo.Record{Value: []byte(`{"a":1}`)}, String, JSON)
+	x, _ := ev.Eval(e, r)
+	y, _ := ev.Eval(e, r)
+	x.(map[string]any)["a"].([]any)[0] = 2
+	if fmt.Sprint(y) != "map[a:[1]]" {
+		t.Fatalf("a later evaluation shares the first's objects: %v", y)
+	}
+}
