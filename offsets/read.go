@@ -281,17 +281,24 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 		}
 	}
 	progress()
+	// The topic's leaders are looked up again only after a fetch failed:
+	// a lookup per fetch was a round trip for nothing.
+	var d kadm.TopicDetail
+	stale := true
 	for {
-		details, err := adm.ListTopics(ctx, topic)
-		if err != nil {
-			return nil, err
-		}
-		d, ok := details[topic]
-		if !ok {
-			return nil, fmt.Errorf("describing %s: %w", topic, kerr.UnknownTopicOrPartition)
-		}
-		if d.Err != nil {
-			return nil, fmt.Errorf("describing %s: %w", topic, d.Err)
+		if stale {
+			details, err := adm.ListTopics(ctx, topic)
+			if err != nil {
+				return nil, err
+			}
+			var ok bool
+			if d, ok = details[topic]; !ok {
+				return nil, fmt.Errorf("describing %s: %w", topic, kerr.UnknownTopicOrPartition)
+			}
+			if d.Err != nil {
+				return nil, fmt.Errorf("describing %s: %w", topic, d.Err)
+			}
+			stale = false
 		}
 		byLeader := map[int32][]int32{}
 		for p, pd := range d.Partitions {
@@ -358,6 +365,7 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 		}
 		progress()
 		if retry {
+			stale = true
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()

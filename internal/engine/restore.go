@@ -263,27 +263,32 @@ func (rt *runtime) restore(ctx context.Context, cl *kgo.Client, n *node, id pipe
 	stall := time.AfterFunc(restoreStall, func() { cancel(errRestoreStalled) })
 	defer stall.Stop()
 	start, lastLog := time.Now(), time.Now()
-	var count int64
+	var count int64 // applied; the applier goroutine's until it is closed
 	defer rt.p.figures.restoreProgress(StepTask{n.name, int32(id)}, RestoreProgress{}, true)
-	err := offsets.ReadPartition(ctx, cl, topic, int32(id), from, func(recs []*kgo.Record, p offsets.Progress) error {
-		stall.Reset(restoreStall)
-		crecs := make([]state.ChangelogRecord, len(recs))
-		for i, r := range recs {
-			crecs[i] = state.ChangelogRecord{Key: r.Key, Value: r.Value, Offset: r.Offset}
-		}
-		if err := st.Restore(crecs, recs[len(recs)-1].Offset); err != nil {
-			return err
-		}
-		count += int64(len(recs))
-		rt.p.stats.restored.Add(int64(len(recs)))
+	// Batches are applied on a goroutine of their own while the next is
+	// fetched and decoded: on one partition the two took turns, and each
+	// kept a core idle while the other ran.
+	ap := startApplier(st.Restore, func(applied int, p offsets.Progress) {
+		count += int64(applied)
+		rt.p.stats.restored.Add(int64(applied))
 		rt.p.figures.restoreProgress(StepTask{n.name, int32(id)}, RestoreProgress{Done: p.Done, Total: p.Total}, false)
 		if time.Since(lastLog) > 2*time.Second {
 			lastLog = time.Now()
 			rt.log.Info("restoring state", "step", n.name, "task", id, "percent", 100*p.Done/max(p.Total, 1),
 				"records", count, "records_per_s", int(float64(count)/time.Since(start).Seconds()))
 		}
-		return nil
 	})
+	err := offsets.ReadPartition(ctx, cl, topic, int32(id), from, func(recs []*kgo.Record, p offsets.Progress) error {
+		stall.Reset(restoreStall)
+		crecs := make([]state.ChangelogRecord, len(recs))
+		for i, r := range recs {
+			crecs[i] = state.ChangelogRecord{Key: r.Key, Value: r.Value, Offset: r.Offset}
+		}
+		return ap.apply(crecs, recs[len(recs)-1].Offset, p)
+	})
+	if aerr := ap.close(); err == nil {
+		err = aerr
+	}
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, errRestoreStalled) {
 			err = fmt.Errorf("%w for %s: %w", cause, restoreStall, err)
@@ -300,4 +305,56 @@ func (rt *runtime) restore(ctx context.Context, cl *kgo.Client, n *node, id pipe
 	rt.log.Info("state restored", "step", n.name, "task", id, "changelog", topic, "from_offset", from,
 		"records", count, "records_per_s", int(float64(count)/max(elapsed.Seconds(), 1e-6)), "duration", elapsed.Round(time.Millisecond))
 	return nil
+}
+
+// applier applies a restore's batches to a store on a goroutine of its
+// own, one batch behind the fetches: at most one batch waits while one is
+// applied, so a restore holds three fetches' records at most.
+type applier struct {
+	in   chan restoreBatch
+	done chan struct{}
+	err  error // the first failure; the goroutine's until done is closed
+}
+
+type restoreBatch struct {
+	recs []state.ChangelogRecord
+	last int64
+	p    offsets.Progress
+}
+
+// startApplier starts applying batches with restore (a store's Restore);
+// after runs on the applier's goroutine once a batch is applied, with its
+// count and read progress.
+func startApplier(restore func([]state.ChangelogRecord, int64) error, after func(applied int, p offsets.Progress)) *applier {
+	a := &applier{in: make(chan restoreBatch, 1), done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		for b := range a.in {
+			if err := restore(b.recs, b.last); err != nil {
+				a.err = err
+				return
+			}
+			after(len(b.recs), b.p)
+		}
+	}()
+	return a
+}
+
+// apply queues a batch, waiting while another is queued. It returns the
+// failure of an earlier batch, if there was one.
+func (a *applier) apply(recs []state.ChangelogRecord, last int64, p offsets.Progress) error {
+	select {
+	case a.in <- restoreBatch{recs, last, p}:
+		return nil
+	case <-a.done:
+		return a.err
+	}
+}
+
+// close waits for every queued batch to be applied and returns the first
+// failure.
+func (a *applier) close() error {
+	close(a.in)
+	<-a.done
+	return a.err
 }

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/pipeline-run/pipeline/internal/codec"
 	"github.com/pipeline-run/pipeline/internal/testkit"
+	"github.com/pipeline-run/pipeline/offsets"
+	"github.com/pipeline-run/pipeline/pipeline/state"
 	"github.com/pipeline-run/pipeline/wire"
 )
 
@@ -261,5 +265,60 @@ func TestNoClientCachesATopicListWithoutTheChangelog(t *testing.T) {
 	}
 	if n := stale.Load(); n != 0 {
 		t.Errorf("%d metadata requests asked for every topic before %s existed; want none", n, changelog)
+	}
+}
+
+// TestTheApplierAppliesInOrderAndReportsTheFirstFailure: a restore's
+// batches are applied in the order read, each after the one before has
+// returned; a failure stops the applying, is returned by a later apply or
+// by close, and nothing after it is applied.
+func TestTheApplierAppliesInOrderAndReportsTheFirstFailure(t *testing.T) {
+	var applied []int64
+	release := make(chan struct{})
+	bad := errors.New("corrupt record")
+	ap := startApplier(func(recs []state.ChangelogRecord, last int64) error {
+		<-release
+		if last == 3 {
+			return bad
+		}
+		applied = append(applied, last)
+		return nil
+	}, func(int, offsets.Progress) {})
+	batch := []state.ChangelogRecord{{}}
+	go func() {
+		for range 3 {
+			release <- struct{}{}
+		}
+	}()
+	var err error
+	for last := int64(1); last <= 6 && err == nil; last++ {
+		err = ap.apply(batch, last, offsets.Progress{})
+	}
+	if cerr := ap.close(); err == nil {
+		err = cerr
+	}
+	if !errors.Is(err, bad) {
+		t.Fatalf("error %v, want the failed batch's", err)
+	}
+	if !slices.Equal(applied, []int64{1, 2}) {
+		t.Fatalf("applied %v, want 1 and 2 and nothing after the failure", applied)
+	}
+}
+
+// TestTheApplierDrainsOnClose: close returns once every batch queued is
+// applied.
+func TestTheApplierDrainsOnClose(t *testing.T) {
+	var n atomic.Int64
+	ap := startApplier(func([]state.ChangelogRecord, int64) error {
+		time.Sleep(time.Millisecond)
+		return nil
+	}, func(k int, _ offsets.Progress) { n.Add(int64(k)) })
+	for i := range 20 {
+		if err := ap.apply(make([]state.ChangelogRecord, 3), int64(i), offsets.Progress{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ap.close(); err != nil || n.Load() != 60 {
+		t.Fatalf("close: %v with %d records applied, want 60", err, n.Load())
 	}
 }
