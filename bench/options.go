@@ -36,6 +36,7 @@ type Options struct {
 	Plot            string          // PNG of throughput against checkpoint interval; "" for none
 	Report          []string        // summarise these JSON result files (tables, Plot, JSON, CSV) instead of running
 	CPUProfile      string          // write a CPU profile of one extra run of ProfileArm
+	Trace           string          // write an execution trace of that run
 	ProfileArms     []string        // the arms to profile, one run each
 	ProfileInterval time.Duration   // its checkpoint interval
 	ProfileRecords  int             // its backlog
@@ -79,7 +80,8 @@ func ParseFlags(args []string, w io.Writer) (Options, error) {
 	fs.StringVar(&o.Plot, "plot", "", "draw throughput against checkpoint interval to `file` (PNG)")
 	reportFiles := fs.String("report", "", "instead of running, print the tables of these JSON result files (comma-separated), recomputed from their runs, and write -plot, -csv and -json (one file) from them")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "after the sweep, profile one more throughput run of -profile-arm and write the CPU profile to `file`")
-	profArms := fs.String("profile-arm", "pass", "the arms -cpuprofile profiles, comma-separated; with several, each profile's file name gets -ARM before its extension")
+	fs.StringVar(&o.Trace, "trace", "", "after the sweep, write an execution trace (go tool trace) of one more throughput run of -profile-arm to `file`; with -cpuprofile, of the same run")
+	profArms := fs.String("profile-arm", "pass", "the arms -cpuprofile and -trace profile, comma-separated; with several, each profile's file name gets -ARM before its extension")
 	fs.DurationVar(&o.ProfileInterval, "profile-interval", time.Second, "checkpoint interval of the profiled run")
 	fs.IntVar(&o.ProfileRecords, "profile-records", 1000000, "backlog of the profiled run")
 	fs.StringVar(&o.KStreams, "kstreams", "scripts/kstreams.sh", "the `script` that builds and runs the Kafka Streams application of the kstreams-* arms (Java 17 and Maven)")
@@ -145,7 +147,7 @@ func (o *Options) Validate() error {
 		return usageErrorf("-latency-settle must not be negative")
 	case o.LatencyRate < 0 || math.IsNaN(o.LatencyRate) || math.IsInf(o.LatencyRate, 0):
 		return usageErrorf("-latency-rate must be a positive number of records/s, or 0 for half the slowest arm's")
-	case o.CPUProfile != "" && (o.ProfileRecords < 1 || o.ProfileInterval <= 0):
+	case (o.CPUProfile != "" || o.Trace != "") && (o.ProfileRecords < 1 || o.ProfileInterval <= 0):
 		return usageErrorf("-profile-records and -profile-interval must be positive")
 	}
 	for _, s := range o.Sizes {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -16,8 +17,8 @@ import (
 )
 
 // profile runs each profiled arm once more, on a backlog of its own, with
-// the CPU profiler on from the arm's start until its last output is
-// visible.
+// the CPU profiler, the execution tracer or both on from the arm's start
+// until its last output is visible.
 func (h *harness) profile(ctx context.Context) error {
 	o := h.o
 	as, _ := arms(o.ProfileArms, ops.NewRegistry(), o.KStreams, "the profiler sees this process only")
@@ -43,28 +44,52 @@ func (h *harness) profile(ctx context.Context) error {
 	h.o.Records = o.ProfileRecords
 	defer func() { h.o.Records = saved }()
 	for _, a := range as {
-		path := o.CPUProfile
-		if len(as) > 1 {
-			ext := filepath.Ext(path)
-			path = strings.TrimSuffix(path, ext) + "-" + a.Name + ext
-		}
 		// An arm with its own gate reads the input back for its expected
 		// outputs: now, before the profiler starts (it keeps the answer).
 		if _, err := h.outputs(ctx, a, in, a.Expect(int64(o.ProfileRecords))); err != nil {
 			return err
 		}
-		var buf bytes.Buffer
-		if err := pprof.StartCPUProfile(&buf); err != nil {
-			return err
+		var cpu, tr bytes.Buffer
+		if o.CPUProfile != "" {
+			if err := pprof.StartCPUProfile(&cpu); err != nil {
+				return err
+			}
+		}
+		if o.Trace != "" {
+			if err := trace.Start(&tr); err != nil {
+				pprof.StopCPUProfile()
+				return err
+			}
 		}
 		r := h.throughputProfiled(ctx, a, o.ProfileInterval, size, parts, in)
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			return err
+		var wrote []string
+		for _, f := range []struct {
+			path string
+			buf  *bytes.Buffer
+		}{{o.CPUProfile, &cpu}, {o.Trace, &tr}} {
+			if f.path == "" {
+				continue
+			}
+			path := f.path
+			if len(as) > 1 {
+				ext := filepath.Ext(path)
+				path = strings.TrimSuffix(path, ext) + "-" + a.Name + ext
+			}
+			if err := os.WriteFile(path, f.buf.Bytes(), 0o644); err != nil {
+				return err
+			}
+			wrote = append(wrote, path)
 		}
-		fmt.Fprintf(h.out, "CPU profile of %s (%s checkpoint, %d B, %d partition%s, %d records): %s; %s\n\n",
-			a.Name, o.ProfileInterval, size, parts, plural(parts), o.ProfileRecords, path, brief(r))
+		fmt.Fprintf(h.out, "profile of %s (%s checkpoint, %d B, %d partition%s, %d records): %s; %s\n\n",
+			a.Name, o.ProfileInterval, size, parts, plural(parts), o.ProfileRecords, strings.Join(wrote, ", "), brief(r))
 	}
 	return nil
+}
+
+// stopProfiling stops the CPU profiler and the tracer, whichever run.
+func stopProfiling() {
+	pprof.StopCPUProfile()
+	trace.Stop()
 }
 
 // throughputProfiled is throughput with the profiler stopped as soon as
@@ -78,12 +103,12 @@ func (h *harness) throughputProfiled(ctx context.Context, a *Arm, iv time.Durati
 	defer h.cleanup(name, out)
 	var err error
 	if r.Outputs, err = h.outputs(ctx, a, in, exp); err != nil {
-		pprof.StopCPUProfile()
+		stopProfiling()
 		r.Err = err.Error()
 		return r
 	}
 	if err := h.createTopics(ctx, parts, out); err != nil {
-		pprof.StopCPUProfile()
+		stopProfiling()
 		r.Err = err.Error()
 		return r
 	}
@@ -91,7 +116,7 @@ func (h *harness) throughputProfiled(ctx context.Context, a *Arm, iv time.Durati
 	e.hooks.wantAcks = r.Outputs
 	cpu0 := cpuTime()
 	err = h.runUntilDone(ctx, a, e)
-	pprof.StopCPUProfile()
+	stopProfiling()
 	r.CPUS, r.Load1 = (cpuTime() - cpu0).Seconds(), loadAvg()
 	if first := e.hooks.firstFetch.Load(); first > 0 && err == nil {
 		r.ProcessingS = time.Duration(e.processedAt() - first).Seconds()
