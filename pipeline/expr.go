@@ -311,7 +311,9 @@ func (ev *Evaluator) evalFast(e *Expr, r *Record, state any) (out any, ok bool, 
 		}
 	}
 	if e.uses&useValue != 0 {
-		if env.value, err = r.Value.Get(); err != nil {
+		// Decoded as its fields are read (Value.Field): an object is
+		// built only if the expression reads the value whole.
+		if err = r.Value.load(); err != nil {
 			return nil, false, fmt.Errorf("value: %w", err)
 		}
 	}
@@ -334,18 +336,18 @@ func (e *Expr) read(r *Record) (out any, ok bool, err error) {
 		}
 		return k, true, nil
 	}
-	v, err := r.Value.Get()
+	if e.direct == directValue {
+		v, err := r.Value.Get()
+		if err != nil {
+			return nil, false, fmt.Errorf("value: %w", err)
+		}
+		return v, true, nil
+	}
+	x, isObject, err := r.Value.Field(e.field)
 	if err != nil {
 		return nil, false, fmt.Errorf("value: %w", err)
 	}
-	if e.direct == directValue {
-		return v, true, nil
-	}
-	m, isMap := v.(map[string]any)
-	if !isMap {
-		return nil, false, nil
-	}
-	return m[e.field], true, nil
+	return x, isObject, nil
 }
 
 // EvalBool evaluates a predicate.

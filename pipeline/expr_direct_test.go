@@ -28,9 +28,21 @@ func TestDirectReadsAgreeWithTheProgram(t *testing.T) {
 		}
 		prog := *e
 		prog.direct = notDirect
-		for _, v := range values {
+		for i := range 2 * len(values) {
+			v := values[i%len(values)]
+			// Decoded whole, then as the engine decodes what it reads by
+			// name: field by field.
+			reads := ValueReads{Whole: true}
+			if i >= len(values) {
+				if e.wholeValue {
+					continue
+				}
+				reads = ValueReads{Fields: e.valueFields}
+			}
 			rec := func() *Record {
-				return NewRecord(&kgo.Record{Topic: "in", Key: []byte(`{"id":1}`), Value: []byte(v.raw)}, JSON, v.format)
+				r := new(Record)
+				r.Read(&kgo.Record{Topic: "in", Key: []byte(`{"id":1}`), Value: []byte(v.raw)}, NewDecoding(JSON, v.format, reads))
+				return r
 			}
 			var ev1, ev2 Evaluator
 			got, gerr := ev1.Eval(e, rec())

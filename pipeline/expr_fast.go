@@ -44,8 +44,8 @@ type val struct {
 
 // fastEnv is what a fast expression reads.
 type fastEnv struct {
-	key, value, state any
-	r                 *Record
+	key, state any
+	r          *Record // its value loaded (Value.load)
 }
 
 // fastFn evaluates a node; ok is false where the VM must answer.
@@ -205,7 +205,13 @@ func compileFast(node ast.Node) fastFn {
 func fastIdentifier(name string) fastFn {
 	switch name {
 	case "value":
-		return func(env *fastEnv) (val, bool) { return unbox(env.value) }
+		return func(env *fastEnv) (val, bool) {
+			x, err := env.r.Value.Get() // cannot fail once loaded
+			if err != nil {
+				return val{}, false
+			}
+			return unbox(x)
+		}
 	case "key":
 		return func(env *fastEnv) (val, bool) { return unbox(env.key) }
 	case "state":
@@ -238,11 +244,11 @@ func fastMember(n *ast.CallNode) fastFn {
 	// The commonest read, value.f, without a call for value.
 	if obj, ok := n.Arguments[0].(*ast.IdentifierNode); ok && obj.Value == "value" {
 		return func(env *fastEnv) (val, bool) {
-			m, ok := env.value.(map[string]any)
-			if !ok {
+			x, isObject := env.r.Value.field(field)
+			if !isObject {
 				return val{}, false
 			}
-			return unbox(m[field])
+			return unbox(x)
 		}
 	}
 	obj := compileFast(n.Arguments[0])

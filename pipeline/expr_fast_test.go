@@ -103,12 +103,24 @@ func TestFastAgreesWithTheVM(t *testing.T) {
 }
 
 // checkFast compares e's answer on value raw and state st with the VM's,
-// and returns 1 when the fast evaluator gave it.
+// on records decoded whole and, when e names the fields it reads, decoded
+// field by field as the engine does; it returns 1 when the fast evaluator
+// answered.
 func checkFast(t *testing.T, e *Expr, raw string, st any) int {
 	t.Helper()
+	n := checkFastWith(t, e, raw, st, NewDecoding(String, JSON, ValueReads{Whole: true}))
+	if !e.wholeValue {
+		n = max(n, checkFastWith(t, e, raw, st, NewDecoding(String, JSON, ValueReads{Fields: e.valueFields})))
+	}
+	return n
+}
+
+func checkFastWith(t *testing.T, e *Expr, raw string, st any, d *Decoding) int {
+	t.Helper()
 	rec := func() *Record {
-		r := NewRecord(&kgo.Record{Topic: "in", Partition: 2, Offset: 1 << 40, Key: []byte("k1"),
-			Value: []byte(raw), Timestamp: time.UnixMilli(1_700_000_000_123)}, String, JSON)
+		r := new(Record)
+		r.Read(&kgo.Record{Topic: "in", Partition: 2, Offset: 1 << 40, Key: []byte("k1"),
+			Value: []byte(raw), Timestamp: time.UnixMilli(1_700_000_000_123)}, d)
 		return r
 	}
 	var ev1, ev2, ev3 Evaluator
@@ -190,5 +202,54 @@ func TestFastMakesNewObjects(t *testing.T) {
 	x.(map[string]any)["a"].([]any)[0] = 2
 	if fmt.Sprint(y) != "map[a:[1]]" {
 		t.Fatalf("a later evaluation shares the first's objects: %v", y)
+	}
+}
+
+// TestFieldReadsBuildNoObject: expressions that read a value's fields by
+// name, run as the engine runs them (the value decoded as the graph's
+// reads say), build no object for it; asking for the value whole then
+// gives the object those fields make.
+func TestFieldReadsBuildNoObject(t *testing.T) {
+	filter, err := CompileExpr("value.seq % 10 != 3", BoolResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := CompileExpr("value.ts", AnyResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecoding(String, JSON, ValueReads{Fields: []string{"seq", "ts"}})
+	r := new(Record)
+	r.Read(&kgo.Record{Value: []byte(`{"seq":12,"pad":"xxxx","ts":99,"seq":13}`)}, d)
+	var ev Evaluator
+	if ok, err := ev.EvalBool(filter, r); err != nil || ok {
+		t.Fatalf("filter: %v, %v; want false (13 %% 10 == 3)", ok, err)
+	}
+	if ts, err := ev.Eval(last, r); err != nil || ts != 99 {
+		t.Fatalf("value.ts: %v, %v", ts, err)
+	}
+	if r.Value.decoded || !r.Value.split {
+		t.Fatalf("decoded %v, split %v: an object was built for reads by name", r.Value.decoded, r.Value.split)
+	}
+	whole, err := r.Value.Get()
+	if want := map[string]any{"seq": 13, "ts": 99}; err != nil || !reflect.DeepEqual(whole, want) {
+		t.Fatalf("Get: %#v, %v; want %#v", whole, err, want)
+	}
+	// A value replaced is read as it was set.
+	r.Value.Set(map[string]any{"seq": 3})
+	if x, isObject, err := r.Value.Field("seq"); x != 3 || !isObject || err != nil {
+		t.Fatalf("after Set: %v %v %v", x, isObject, err)
+	}
+	// Documents that are not objects, and broken ones, give what the VM
+	// gives on them decoded whole, errors included.
+	for _, raw := range []string{`[1]`, `7`, `{"seq":`} {
+		kr := &kgo.Record{Value: []byte(raw)}
+		r := new(Record)
+		r.Read(kr, d)
+		x, err := ev.Eval(last, r)
+		want, werr := ev.Eval(vmOnly(last), NewRecord(kr, String, JSON))
+		if werr == nil || err == nil || err.Error() != werr.Error() || x != want {
+			t.Errorf("%s: %v, %v; the VM gives %v, %v", raw, x, err, want, werr)
+		}
 	}
 }

@@ -81,22 +81,31 @@ func (d *jsonDecoder) literal(s string) error {
 // object reads an object. With a projection p it keeps only the fields p
 // names, and checks the others without building them.
 func (d *jsonDecoder) object(depth int, p *Projection) (any, error) {
-	d.i++ // {
 	var m map[string]any
 	if p != nil {
 		m = make(map[string]any, len(p.names))
 	} else {
 		m = make(map[string]any)
 	}
+	if err := d.members(depth, p, func(k string, v any) { m[k] = v }); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// members reads the object at d.i, handing set each member p names (every
+// member when p is nil), in document order.
+func (d *jsonDecoder) members(depth int, p *Projection, set func(k string, v any)) error {
+	d.i++ // {
 	d.space()
 	if d.i < len(d.b) && d.b[d.i] == '}' {
 		d.i++
-		return m, nil
+		return nil
 	}
 	for {
 		d.space()
 		if d.i >= len(d.b) || d.b[d.i] != '"' {
-			return nil, d.errorf("expected a string key")
+			return d.errorf("expected a string key")
 		}
 		var k string
 		want := true
@@ -107,35 +116,35 @@ func (d *jsonDecoder) object(depth int, p *Projection) (any, error) {
 			k, want, err = d.projectedKey(p)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		d.space()
 		if d.i >= len(d.b) || d.b[d.i] != ':' {
-			return nil, d.errorf("expected ':' after an object key")
+			return d.errorf("expected ':' after an object key")
 		}
 		d.i++
 		d.space()
 		if want {
 			v, err := d.value(depth + 1)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			m[k] = v
+			set(k, v)
 		} else if err := d.skip(depth + 1); err != nil {
-			return nil, err
+			return err
 		}
 		d.space()
 		if d.i >= len(d.b) {
-			return nil, d.errorf("unexpected end of input in an object")
+			return d.errorf("unexpected end of input in an object")
 		}
 		switch d.b[d.i] {
 		case ',':
 			d.i++
 		case '}':
 			d.i++
-			return m, nil
+			return nil
 		default:
-			return nil, d.errorf("expected ',' or '}' in an object")
+			return d.errorf("expected ',' or '}' in an object")
 		}
 	}
 }
@@ -559,10 +568,22 @@ func NewProjection(names []string) *Projection {
 	return p
 }
 
-// has reports whether the field named b is read. It does not allocate.
 // Names returns the fields p keeps.
 func (p *Projection) Names() []string { return p.names }
 
+// Len returns how many fields p keeps.
+func (p *Projection) Len() int { return len(p.names) }
+
+// Has reports whether p keeps the field named name.
+func (p *Projection) Has(name string) bool {
+	if p.set != nil {
+		_, ok := p.set[name]
+		return ok
+	}
+	return slices.Contains(p.names, name)
+}
+
+// has reports whether p keeps the field named b. It does not allocate.
 func (p *Projection) has(b []byte) bool {
 	if p.set != nil {
 		_, ok := p.set[string(b)]
@@ -597,6 +618,44 @@ func DecodeJSONFields(b []byte, p *Projection) (any, error) {
 		return nil, d.errorf("unexpected data after the JSON value")
 	}
 	return v, nil
+}
+
+// Field is a member of a decoded JSON object.
+type Field struct {
+	Name  string
+	Value any
+}
+
+// DecodeJSONFieldList is DecodeJSONFields for a document that is an
+// object, building a list of the fields p names rather than a map: each
+// in the order first seen, with its last value, as the map would hold it.
+// It appends them to buf. ok is false, and nothing is decoded, when the
+// document is not an object (DecodeJSONFields decodes it). It refuses
+// exactly what DecodeJSONFields refuses.
+func DecodeJSONFieldList(b []byte, p *Projection, buf []Field) (fields []Field, ok bool, err error) {
+	d := jsonDecoder{b: b}
+	d.space()
+	if p == nil || d.i >= len(d.b) || d.b[d.i] != '{' {
+		return buf, false, nil
+	}
+	fields = buf
+	err = d.members(0, p, func(k string, v any) {
+		for i := range fields {
+			if fields[i].Name == k {
+				fields[i].Value = v
+				return
+			}
+		}
+		fields = append(fields, Field{k, v})
+	})
+	if err != nil {
+		return buf, true, err
+	}
+	d.space()
+	if d.i != len(d.b) {
+		return buf, true, d.errorf("unexpected data after the JSON value")
+	}
+	return fields, true, nil
 }
 
 // projectedKey reads an object key and reports whether p names it. A key

@@ -146,6 +146,7 @@ func checkProjected(t *testing.T, b []byte, names []string) {
 	if (gerr == nil) != (ferr == nil) {
 		t.Fatalf("%q with fields %q: error %v, decoding all says %v", b, names, gerr, ferr)
 	}
+	checkFieldList(t, b, names, got, gerr)
 	if ferr != nil {
 		return
 	}
@@ -161,6 +162,43 @@ func checkProjected(t *testing.T, b []byte, names []string) {
 	}
 	if !reflect.DeepEqual(got, want) && !nanEqual(got, want) {
 		t.Fatalf("%q with fields %q:\n got %#v\nwant %#v", b, names, got, want)
+	}
+}
+
+// checkFieldList checks DecodeJSONFieldList(b) against what
+// DecodeJSONFields gave (got, gerr): for an object, the same error, word
+// for word, or the same fields, each once; for anything else, nothing.
+func checkFieldList(t *testing.T, b []byte, names []string, got any, gerr error) {
+	t.Helper()
+	p := NewProjection(names)
+	fields, isObject, err := DecodeJSONFieldList(b, p, nil)
+	if !isObject {
+		if len(fields) > 0 || err != nil {
+			t.Fatalf("%q: not an object, yet %d fields (%v)", b, len(fields), err)
+		}
+		if _, isMap := got.(map[string]any); isMap && bytes.TrimLeft(b, " \t\r\n")[0] == '{' {
+			t.Fatalf("%q is an object the list refused", b)
+		}
+		return
+	}
+	if (err == nil) != (gerr == nil) || (err != nil && err.Error() != gerr.Error()) {
+		t.Fatalf("%q with fields %q: list error %v, map error %v", b, names, err, gerr)
+	}
+	if err != nil {
+		return
+	}
+	m := map[string]any{}
+	for _, f := range fields {
+		if _, twice := m[f.Name]; twice {
+			t.Fatalf("%q: field %q listed twice", b, f.Name)
+		}
+		if !p.Has(f.Name) {
+			t.Fatalf("%q: field %q listed, not kept", b, f.Name)
+		}
+		m[f.Name] = f.Value
+	}
+	if !reflect.DeepEqual(any(m), got) && !nanEqual(any(m), got) {
+		t.Fatalf("%q with fields %q:\nlist %#v\n map %#v", b, names, m, got)
 	}
 }
 
