@@ -219,7 +219,7 @@ func (a *aggregate) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pip
 	if err != nil {
 		return nil, err
 	}
-	op := &aggregateOp{def: a, st: st, acc: v, dirty: map[string]*pipeline.Record{}}
+	op := &aggregateOp{def: a, st: st, acc: v, dirty: map[string]*lastRecord{}}
 	if a.ttl == 0 {
 		// A cached accumulator would not expire: no cache with a TTL.
 		op.cache = map[string]map[string]any{}
@@ -232,8 +232,9 @@ type aggregateOp struct {
 	st  *state.Store
 	acc *state.Value[map[string]any]
 	// dirty holds, with emit: checkpoint, the last record of every key
-	// changed since the last checkpoint.
-	dirty map[string]*pipeline.Record
+	// changed since the last checkpoint. Through a pointer, so that a key
+	// changed again is updated without making its string again.
+	dirty map[string]*lastRecord
 	// cache holds the accumulators of the keys changed since the last
 	// checkpoint, decoded: they are written to the store once per
 	// checkpoint (Flush), not encoded and decoded again for every record,
@@ -250,6 +251,8 @@ type aggregateOp struct {
 // maxCached bounds the keys an aggregate caches between two checkpoints;
 // past it, the cache is written to the store and emptied.
 const maxCached = 100_000
+
+type lastRecord struct{ r *pipeline.Record }
 
 type savedField struct {
 	v   any
@@ -274,7 +277,11 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 		return err
 	}
 	if o.def.emit == "checkpoint" {
-		o.dirty[string(key)] = r
+		if last := o.dirty[string(key)]; last != nil {
+			last.r = r
+		} else {
+			o.dirty[string(key)] = &lastRecord{r}
+		}
 		return nil
 	}
 	out, err := o.encodeResult(acc)
@@ -367,41 +374,42 @@ func (o *aggregateOp) writeBack() error {
 // checkpoint, the current values of the keys that changed since the last
 // checkpoint, in key order.
 func (o *aggregateOp) Flush(ctx pipeline.Context) error {
-	switch {
-	case o.cache == nil:
-	case o.st.Generation() != o.gen:
+	if o.cache != nil && o.st.Generation() != o.gen {
 		clear(o.cache) // rolled back since
 		o.gen = o.st.Generation()
-	default:
-		if err := o.writeBack(); err != nil {
-			return err
-		}
 	}
-	if len(o.dirty) == 0 {
-		return nil
-	}
-	keys := make([]string, 0, len(o.dirty))
-	for k := range o.dirty {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		r := o.dirty[k]
-		acc, ok, err := o.acc.Get([]byte(k))
-		if err != nil {
-			return err
+	if len(o.dirty) > 0 {
+		keys := make([]string, 0, len(o.dirty))
+		for k := range o.dirty {
+			keys = append(keys, k)
 		}
-		if !ok {
-			continue // expired since
+		slices.Sort(keys)
+		for _, k := range keys {
+			// A cached accumulator is the current one; the store has
+			// those written back, or all of them under a TTL.
+			acc, ok := o.cache[k]
+			if !ok {
+				var err error
+				if acc, ok, err = o.acc.Get([]byte(k)); err != nil {
+					return err
+				}
+				if !ok {
+					continue // expired since
+				}
+			}
+			out, err := o.encodeResult(acc)
+			if err != nil {
+				return err
+			}
+			r := o.dirty[k].r
+			r.Value = pipeline.RawValue(out, pipeline.JSON)
+			ctx.Emit(r)
 		}
-		out, err := o.encodeResult(acc)
-		if err != nil {
-			return err
-		}
-		r.Value = pipeline.RawValue(out, pipeline.JSON)
-		ctx.Emit(r)
+		clear(o.dirty)
 	}
-	clear(o.dirty)
+	if o.cache != nil {
+		return o.writeBack()
+	}
 	return nil
 }
 
