@@ -278,8 +278,14 @@ func (rt *runtime) restore(ctx context.Context, cl *kgo.Client, n *node, id pipe
 				"records", count, "records_per_s", int(float64(count)/time.Since(start).Seconds()))
 		}
 	})
+	first := true
 	err := offsets.ReadPartition(ctx, cl, topic, int32(id), from, func(recs []*kgo.Record, p offsets.Progress) error {
 		stall.Reset(restoreStall)
+		if first {
+			// Before the applier has a batch: it owns st from then on.
+			st.ExpectRestore(p.Total)
+			first = false
+		}
 		crecs := make([]state.ChangelogRecord, len(recs))
 		for i, r := range recs {
 			crecs[i] = state.ChangelogRecord{Key: r.Key, Value: r.Value, Offset: r.Offset}

@@ -284,6 +284,7 @@ func benchRestoreInto(b *testing.B, recs []ChangelogRecord, batch int, register 
 			b.Fatal(err)
 		}
 		b.StartTimer()
+		s.ExpectRestore(int64(len(recs))) // as the engine does
 		for off := 0; off < len(recs); off += batch {
 			end := min(off+batch, len(recs))
 			if err := s.Restore(recs[off:end], int64(end-1)); err != nil {

@@ -247,3 +247,35 @@ func TestRestoreChecksEveryKindsPayloads(t *testing.T) {
 		})
 	})
 }
+
+// TestExpectRestoreKeepsWhatTheStoreHolds: a restore announced with
+// ExpectRestore reads back like any other, on an empty store and on one
+// that already holds keys (which a table sized afresh would lose).
+func TestExpectRestoreKeepsWhatTheStoreHolds(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bk backendKind) {
+		src := mustOpen(t, bk.new(t), newFakeClock())
+		v := must[*Value[int]](t)(NewValue[int](src, "v", TTLConfig{}))
+		for i := range 20 {
+			ok(t, v.Put([]byte(fmt.Sprint("k", i)), i))
+		}
+		recs := src.Changes()
+		for i := range recs {
+			recs[i].Offset = int64(i)
+		}
+		ok(t, src.Commit(int64(len(recs)-1)))
+
+		dst := mustOpen(t, bk.new(t), newFakeClock())
+		w := must[*Value[int]](t)(NewValue[int](dst, "v", TTLConfig{}))
+		half := len(recs) / 2
+		dst.ExpectRestore(int64(half))
+		ok(t, dst.Restore(recs[:half], int64(half-1)))
+		dst.ExpectRestore(int64(len(recs) - half)) // not empty now: must keep the first half
+		ok(t, dst.Restore(recs[half:], int64(len(recs)-1)))
+		for i := range 20 {
+			got, found, err := w.Get([]byte(fmt.Sprint("k", i)))
+			if err != nil || !found || got != i {
+				t.Fatalf("k%d: %d, %v, %v after the restore", i, got, found, err)
+			}
+		}
+	})
+}

@@ -96,6 +96,13 @@ type memEntry struct {
 	hidx int // index in heap, -1 when not in it
 }
 
+// reserve sizes an empty table for n keys.
+func (t *memTable) reserve(n int) {
+	if len(t.data) == 0 {
+		t.data = make(map[string]*memEntry, n)
+	}
+}
+
 func (t *memTable) get(k []byte) ([]byte, bool, error) {
 	e, ok := t.data[string(k)]
 	if !ok {
