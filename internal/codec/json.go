@@ -332,6 +332,27 @@ func (d *jsonDecoder) hex4() (rune, bool) {
 	return r, true
 }
 
+// smallInt reads b, an optional minus and digits, when it has at most 18
+// digits (so it fits an int64 without checking): most numbers in records
+// are, and strconv wants a string, which cost an allocation each.
+func smallInt(b []byte) (int, bool) {
+	neg := b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) > 18 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		n = n*10 + int(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
 func (d *jsonDecoder) number() (any, error) {
 	start := d.i
 	if d.b[d.i] == '-' {
@@ -369,6 +390,11 @@ func (d *jsonDecoder) number() (any, error) {
 		}
 		if digits() == 0 {
 			return nil, d.errorf("invalid number")
+		}
+	}
+	if whole {
+		if n, ok := smallInt(d.b[start:d.i]); ok {
+			return n, nil
 		}
 	}
 	s := string(d.b[start:d.i])
