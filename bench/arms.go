@@ -375,11 +375,9 @@ func runPeer(ctx context.Context, e *env) error {
 	return nil
 }
 
-// runPipeline runs this repository's pipeline in the process, with steps
-// (YAML) between one source and one sink, and every other setting at its
-// default but the checkpoint interval, max_records and the producer linger.
 // pipelineConfig is the config of a pipeline arm named e.name running
-// steps from e.in to e.out.
+// steps (YAML) from e.in to e.out, every setting at its default but the
+// checkpoint interval, max_records and the producer linger.
 func pipelineConfig(e *env, steps string) (*config.Config, error) {
 	quoted := make([]string, len(e.seeds))
 	for i, s := range e.seeds {
@@ -402,6 +400,8 @@ producer: {linger: %s}
 	return cfg, nil
 }
 
+// runPipeline runs this repository's pipeline in the process, with the
+// config pipelineConfig gives.
 func runPipeline(steps string) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
 		cfg, err := pipelineConfig(e, steps)

@@ -310,29 +310,9 @@ func fastBinary(n *ast.BinaryNode) fastFn {
 	}
 	switch n.Operator {
 	case "and", "&&":
-		// As the VM: the left must be a bool; when it is true the result
-		// is the right, whatever it is.
-		return func(env *fastEnv) (val, bool) {
-			a, ok := l(env)
-			if !ok || a.k != vBool {
-				return val{}, false
-			}
-			if !a.b {
-				return a, true
-			}
-			return r(env)
-		}
+		return shortCircuit(l, r, false)
 	case "or", "||":
-		return func(env *fastEnv) (val, bool) {
-			a, ok := l(env)
-			if !ok || a.k != vBool {
-				return val{}, false
-			}
-			if a.b {
-				return a, true
-			}
-			return r(env)
-		}
+		return shortCircuit(l, r, true)
 	}
 	op := binaryOps[n.Operator]
 	if op == nil {
@@ -348,6 +328,22 @@ func fastBinary(n *ast.BinaryNode) fastFn {
 			return val{}, false
 		}
 		return op(a, b)
+	}
+}
+
+// shortCircuit is and (decided by a false left) and or (by a true one), as
+// the VM has them: the left must be a bool; when it does not decide, the
+// result is the right, whatever it is.
+func shortCircuit(l, r fastFn, decides bool) fastFn {
+	return func(env *fastEnv) (val, bool) {
+		a, ok := l(env)
+		if !ok || a.k != vBool {
+			return val{}, false
+		}
+		if a.b == decides {
+			return a, true
+		}
+		return r(env)
 	}
 }
 

@@ -396,13 +396,11 @@ func (d *jsonDecoder) number() (any, error) {
 		if n, ok := smallInt(d.b[start:d.i]); ok {
 			return n, nil
 		}
-	}
-	s := string(d.b[start:d.i])
-	if whole {
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n, err := strconv.ParseInt(string(d.b[start:d.i]), 10, 64); err == nil {
 			return int(n), nil
 		}
 	}
+	s := string(d.b[start:d.i])
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
 		// Out of float64's range: encoding/json refuses it too.
@@ -599,15 +597,6 @@ func (p *Projection) Names() []string { return p.names }
 
 // Len returns how many fields p keeps.
 func (p *Projection) Len() int { return len(p.names) }
-
-// Has reports whether p keeps the field named name.
-func (p *Projection) Has(name string) bool {
-	if p.set != nil {
-		_, ok := p.set[name]
-		return ok
-	}
-	return slices.Contains(p.names, name)
-}
 
 // has reports whether p keeps the field named b. It does not allocate.
 func (p *Projection) has(b []byte) bool {
