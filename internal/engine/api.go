@@ -180,6 +180,10 @@ type counters struct {
 	txnBegan                                              atomic.Int64 // Unix nanoseconds; 0: no checkpoint open
 	rebalances, owned                                     atomic.Int64
 	held                                                  atomic.Int64
+	// Records polled and not handed out: read again by the next
+	// checkpoint (reread) or held for a restoring task (heldRecords,
+	// counted again each time they are polled).
+	reread, heldRecords atomic.Int64
 }
 
 // Stats returns the running totals.

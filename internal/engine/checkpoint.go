@@ -43,15 +43,22 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 			fullInterval = ctx.Err() == nil
 			break
 		}
-		n := min(rt.cfg.Consumer.MaxPollRecords, max-cp.Records, room)
-		fetches := rt.sink.Poll(pctx, n)
-		cancel()
-		if err := rt.fetchErr(fetches); err != nil {
-			cp.Err = err
-			cp.rebuild = true
-			break
+		if rt.polled.n == 0 {
+			// Everything the client has buffered: it fetches a
+			// partition again only once its buffered fetch is taken
+			// whole, so taking it piece by piece, as the tasks make
+			// room, would make fetching wait for processing.
+			fetches := rt.sink.Poll(pctx, 0)
+			if err := rt.fetchErr(fetches); err != nil {
+				cancel()
+				cp.Err = err
+				cp.rebuild = true
+				break
+			}
+			rt.polled.add(fetches)
 		}
-		n, internal := rt.dispatch(fetches)
+		cancel()
+		n, internal := rt.dispatch(rt.polled.take(min(rt.cfg.Consumer.MaxPollRecords, max-cp.Records, room)))
 		cp.Records += n
 		cp.Internal += internal
 		if !time.Now().Before(deadline) {
@@ -59,6 +66,10 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 			break
 		}
 	}
+
+	// What was polled and not handed out is read again by the next
+	// checkpoint: the offsets this one commits stop before it.
+	rt.rewindPolled()
 
 	// Barrier and prepare: every task finishes what it was given, parallel
 	// stages drain and holding operators flush, in graph order.

@@ -44,13 +44,116 @@ func (rt *runtime) processed(n int) {
 	}
 }
 
-// dispatch hands each partition's records to its task, in offset order.
-func (rt *runtime) dispatch(f kgo.Fetches) (n, internal int) {
+// polled is what the coordinator polled and has not handed out yet: the
+// records of each partition in offset order, a partition's earlier records
+// first. Polls take whole fetches and the tasks are handed at most what
+// waitForRoom allows; the rest waits here, and what is left when a
+// checkpoint stops reading is read again (rewindPolled).
+type polled struct {
+	parts []kgo.FetchTopicPartition
+	n     int
+	out   []kgo.FetchTopicPartition // take's result, reused
+}
+
+func (b *polled) add(f kgo.Fetches) {
+	f.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) > 0 {
+			b.parts = append(b.parts, p)
+			b.n += len(p.Records)
+		}
+	})
+}
+
+// take removes up to n records, sharing them among the partitions so that
+// every task gets work. The result is valid until the next take.
+func (b *polled) take(n int) []kgo.FetchTopicPartition {
+	b.out = b.out[:0]
+	if n <= 0 || b.n == 0 {
+		return b.out
+	}
+	share := max(1, n/len(b.parts))
+	kept := b.parts[:0]
+	for _, p := range b.parts {
+		k := min(share, n, len(p.Records))
+		if k > 0 {
+			q := p
+			q.Records = p.Records[:k:k]
+			b.out = append(b.out, q)
+			p.Records = p.Records[k:]
+			n -= k
+			b.n -= k
+		}
+		if len(p.Records) > 0 {
+			kept = append(kept, p)
+		}
+	}
+	clear(b.parts[len(kept):])
+	b.parts = kept
+	return b.out
+}
+
+// holdFor moves the records of r's partitions out of b: they are held
+// (restoring.hold) with those dispatch found, and read again once r's
+// task is restored. It returns how many there were.
+func (b *polled) holdFor(r *restoring) int {
+	n := 0
+	kept := b.parts[:0]
+	for _, p := range b.parts {
+		if pipeline.TaskID(p.Partition) == r.id {
+			r.hold(p)
+			n += len(p.Records)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	clear(b.parts[len(kept):])
+	b.parts = kept
+	b.n -= n
+	return n
+}
+
+// rewindPolled moves consumption back to the first record of each
+// partition not handed out, so that the offsets the open transaction
+// commits stop before it, and empties it. A partition whose task
+// is restoring goes back to its first record held (restoring.hold) or
+// left, whichever is earlier. The coordinator calls it between a
+// checkpoint's reading and its commit.
+func (rt *runtime) rewindPolled() {
+	if rt.polled.n == 0 {
+		return
+	}
+	set := map[string]map[int32]kgo.EpochOffset{}
 	var held []*restoring
 	rt.mu.Lock()
-	f.EachPartition(func(p kgo.FetchTopicPartition) {
+	for _, p := range rt.polled.parts {
+		if r := rt.restores[pipeline.TaskID(p.Partition)]; r != nil {
+			r.hold(p)
+			held = append(held, r)
+			continue
+		}
+		if set[p.Topic] == nil {
+			set[p.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		first := p.Records[0]
+		set[p.Topic][p.Partition] = kgo.EpochOffset{Epoch: first.LeaderEpoch, Offset: first.Offset}
+	}
+	rt.mu.Unlock()
+	rt.p.stats.reread.Add(int64(rt.polled.n))
+	clear(rt.polled.parts)
+	rt.polled.parts, rt.polled.n = rt.polled.parts[:0], 0
+	rt.sink.Client().SetOffsets(set)
+	if len(held) > 0 {
+		rt.holdBack(held)
+	}
+}
+
+// dispatch hands each partition's records to its task, in offset order.
+func (rt *runtime) dispatch(ps []kgo.FetchTopicPartition) (n, internal int) {
+	var held []*restoring
+	rt.mu.Lock()
+	for _, p := range ps {
 		if len(p.Records) == 0 {
-			return
+			continue
 		}
 		id := pipeline.TaskID(p.Partition)
 		if rt.parts[id] == nil {
@@ -64,7 +167,7 @@ func (rt *runtime) dispatch(f kgo.Fetches) (n, internal int) {
 				var err error
 				if t, r, err = rt.startTask(id); err != nil {
 					rt.fail(err)
-					return
+					continue
 				}
 			}
 			if r != nil {
@@ -73,8 +176,9 @@ func (rt *runtime) dispatch(f kgo.Fetches) (n, internal int) {
 				// checkpoint commits for the partition do not move.
 				rt.restores[id] = r
 				r.hold(p)
+				rt.p.stats.heldRecords.Add(int64(len(p.Records)))
 				held = append(held, r)
-				return
+				continue
 			}
 			rt.tasks[id] = t
 		}
@@ -85,9 +189,12 @@ func (rt *runtime) dispatch(f kgo.Fetches) (n, internal int) {
 		if src := rt.g.byTopic[p.Topic]; src != nil && src.internal {
 			internal += len(p.Records)
 		}
-	})
+	}
 	rt.mu.Unlock()
 	if len(held) > 0 {
+		for _, r := range held {
+			rt.p.stats.heldRecords.Add(int64(rt.polled.holdFor(r)))
+		}
 		rt.holdBack(held)
 	}
 	return n, internal

@@ -77,15 +77,13 @@ func (o *offline) feed(recs ...*kgo.Record) []*kgo.Record {
 		}
 		byTP[r.Topic][r.Partition] = append(byTP[r.Topic][r.Partition], r)
 	}
-	var f kgo.Fetch
+	var ps []kgo.FetchTopicPartition
 	for topic, parts := range byTP {
-		ft := kgo.FetchTopic{Topic: topic}
 		for p, rs := range parts {
-			ft.Partitions = append(ft.Partitions, kgo.FetchPartition{Partition: p, Records: rs})
+			ps = append(ps, kgo.FetchTopicPartition{Topic: topic, FetchPartition: kgo.FetchPartition{Partition: p, Records: rs}})
 		}
-		f.Topics = append(f.Topics, ft)
 	}
-	o.rt.dispatch(kgo.Fetches{f})
+	o.rt.dispatch(ps)
 	o.rt.barrier()
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -78,6 +78,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		log:        p.log,
 		tasks:      map[pipeline.TaskID]*task{},
 		restores:   map[pipeline.TaskID]*restoring{},
+		clientGen:  1, // a restoring's pausedBy starts at 0: no client
 		parts:      map[pipeline.TaskID]map[string]bool{},
 		stages:     make([]*stage, len(p.g.nodes)),
 		track:      offsets.NewTracker(),
@@ -234,6 +235,10 @@ type runtime struct {
 	// its bound or below.
 	queued atomic.Int64
 	room   chan struct{}
+
+	// polled holds what the coordinator polled and has not handed out
+	// yet (coordinator only).
+	polled polled
 
 	purge *purger // deletes consumed records of repartition topics
 

@@ -183,12 +183,17 @@ func (rt *runtime) holdBack(rs []*restoring) {
 			cl.PauseFetchPartitions(rt.partitionsOf(r.id))
 			r.pausedBy = rt.clientGen
 		}
-		set := map[string]map[int32]kgo.EpochOffset{}
-		for topic, eo := range r.rewind {
-			set[topic] = map[int32]kgo.EpochOffset{int32(r.id): eo}
-		}
-		cl.SetOffsets(set)
+		cl.SetOffsets(r.rewound())
 	}
+}
+
+// rewound is where consumption of r's partitions resumes, for SetOffsets.
+func (r *restoring) rewound() map[string]map[int32]kgo.EpochOffset {
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for topic, eo := range r.rewind {
+		set[topic] = map[int32]kgo.EpochOffset{int32(r.id): eo}
+	}
+	return set
 }
 
 // partitionsOf is partition number id of every topic the pipeline reads.

@@ -102,7 +102,10 @@ func TestALongRestoreKeepsNoOtherPartitionWaiting(t *testing.T) {
 		return nil, nil, false
 	})
 
-	p := newPipeline(t, k, restoringCount, nil)
+	// Ten records a poll at most, five a partition: most of partition 0's
+	// records reach the coordinator with its task restoring and are not
+	// handed out.
+	p := newPipeline(t, k, strings.Replace(restoringCount, "session_timeout: 6s", "session_timeout: 6s, max_poll_records: 10", 1), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -143,6 +146,12 @@ func TestALongRestoreKeepsNoOtherPartitionWaiting(t *testing.T) {
 	if held.Load() == 0 {
 		t.Fatal("no fetch of partition 0's changelog was held: the restore was not slowed")
 	}
+	// While its task restores, a partition is paused: its 100 new
+	// records are polled once, or twice if a fetch was under way, not
+	// again and again.
+	if h := p.stats.heldRecords.Load(); h == 0 || h > 200 {
+		t.Fatalf("%d records polled and held for the restoring task; partition 0 got 100", h)
+	}
 	if took := restored.Sub(started); took < 2*2*time.Second {
 		t.Fatalf("the restore took %v, not the twice transactions.timeout the test needs", took)
 	}
@@ -176,8 +185,8 @@ func TestALongRestoreKeepsNoOtherPartitionWaiting(t *testing.T) {
 	if len(wrong) > 0 || len(got) != len(want) {
 		t.Fatalf("%d keys counted, %d wanted; wrong: %s", len(got), len(want), strings.Join(wrong[:min(10, len(wrong))], "; "))
 	}
-	t.Logf("%d changelog fetches held 5 s; partition 1 committed %v after the start, the restore ended after %v; 0 aborted",
-		held.Load(), p1Committed.Sub(started).Round(time.Millisecond), restored.Sub(started).Round(time.Millisecond))
+	t.Logf("%d changelog fetches held 5 s; %d records polled and held for the restoring task; partition 1 committed %v after the start, the restore ended after %v; 0 aborted",
+		held.Load(), p.stats.heldRecords.Load(), p1Committed.Sub(started).Round(time.Millisecond), restored.Sub(started).Round(time.Millisecond))
 }
 
 // TestARebuildKeepsTheRestoredState makes the broker fail one EndTxn, so the

@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/internal/testkit"
+)
+
+func fetchOf(topic string, parts map[int32]int) kgo.Fetches {
+	ft := kgo.FetchTopic{Topic: topic}
+	for p, n := range parts {
+		rs := make([]*kgo.Record, n)
+		for i := range rs {
+			rs[i] = &kgo.Record{Topic: topic, Partition: p, Offset: int64(100 + i)}
+		}
+		ft.Partitions = append(ft.Partitions, kgo.FetchPartition{Partition: p, Records: rs})
+	}
+	return kgo.Fetches{{Topics: []kgo.FetchTopic{ft}}}
+}
+
+// TestTakeSharesPolledRecordsInOrder: take never returns more than asked,
+// gives every partition a share, and hands each partition's records out in
+// offset order, each exactly once.
+func TestTakeSharesPolledRecordsInOrder(t *testing.T) {
+	var b polled
+	b.add(fetchOf("in", map[int32]int{0: 250, 1: 7, 2: 40}))
+	b.add(fetchOf("in", map[int32]int{0: 0})) // nothing: ignored
+	if b.n != 297 || len(b.parts) != 3 {
+		t.Fatalf("%d records in %d parts, want 297 in 3", b.n, len(b.parts))
+	}
+	next := map[int32]int64{0: 100, 1: 100, 2: 100}
+	first := true
+	for b.n > 0 {
+		before := b.n
+		got := b.take(30)
+		total := 0
+		seen := map[int32]bool{}
+		for _, p := range got {
+			seen[p.Partition] = true
+			for _, r := range p.Records {
+				if r.Offset != next[p.Partition] {
+					t.Fatalf("partition %d: offset %d handed out, want %d", p.Partition, r.Offset, next[p.Partition])
+				}
+				next[p.Partition]++
+				total++
+			}
+		}
+		if total == 0 || total > 30 || b.n != before-total {
+			t.Fatalf("take(30) gave %d records; %d were left, now %d", total, before, b.n)
+		}
+		if first && len(seen) != 3 {
+			t.Fatalf("the first take served partitions %v, want all three", seen)
+		}
+		first = false
+	}
+	if next[0] != 350 || next[1] != 107 || next[2] != 140 || len(b.parts) != 0 {
+		t.Fatalf("handed out up to %v, %d parts left", next, len(b.parts))
+	}
+	if got := b.take(10); len(got) != 0 {
+		t.Fatalf("an empty backlog gave %d parts", len(got))
+	}
+}
+
+// TestPolledRecordsLeftAtACheckpointAreReadAgain polls whole fetches of
+// thousands of records while the tasks may be handed at most 100 at a time
+// and a checkpoint reads at most 2,000: every checkpoint stops with records
+// polled and not handed out, and every third one aborts. The tasks must never
+// hold more than max_poll_records, what was left must be read again (and
+// was), and the output must be exactly the input.
+func TestPolledRecordsLeftAtACheckpointAreReadAgain(t *testing.T) {
+	k := testkit.NewKafka(t)
+	k.Topic("in", 3)
+	const n = 20000
+	k.Input("in", n, 100, nil)
+	every := testkit.NewEveryNth(3)
+	var most int64
+	p := newPipeline(t, k, strings.Replace(passThrough, "consumer: {session_timeout: 6s}", "consumer: {session_timeout: 6s, max_poll_records: 100}", 1), nil,
+		WithBeforeCommit(func(cp Checkpoint) error {
+			if cp.Records > 0 && every.Hit() {
+				return errors.New("injected")
+			}
+			return nil
+		}))
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if rt := p.running.Load(); rt != nil {
+				most = max(most, rt.queued.Load())
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
+	close(stop)
+	<-sampled
+	st := p.Stats()
+	if every.Fired() == 0 || st.Aborted < every.Fired() {
+		t.Fatalf("%d faults fired, %d checkpoints aborted", every.Fired(), st.Aborted)
+	}
+	if p.stats.reread.Load() == 0 {
+		t.Fatal("no checkpoint ended with polled records left: the case was not exercised")
+	}
+	if most > 100 {
+		t.Fatalf("the tasks held %d records; consumer.max_poll_records is 100", most)
+	}
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, nil)
+	t.Logf("%d records left polled and read again; %d checkpoints committed, %d aborted; the tasks held at most %d",
+		p.stats.reread.Load(), st.Committed, st.Aborted, most)
+}
