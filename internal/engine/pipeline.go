@@ -239,6 +239,9 @@ type runtime struct {
 	// polled holds what the coordinator polled and has not handed out
 	// yet (coordinator only).
 	polled polled
+	// lastWhole is how many records the last poll of everything
+	// buffered returned (coordinator only; wholePoll).
+	lastWhole int
 
 	purge *purger // deletes consumed records of repartition topics
 

@@ -118,3 +118,24 @@ func TestPolledRecordsLeftAtACheckpointAreReadAgain(t *testing.T) {
 	t.Logf("%d records left polled and read again; %d checkpoints committed, %d aborted; the tasks held at most %d",
 		p.stats.reread.Load(), st.Committed, st.Aborted, most)
 }
+
+// TestWholePollsOnlyWhatCanBeHandedOut: a checkpoint polls everything
+// buffered while, at its rate so far, it would hand it all out before it
+// stops reading and within max_records; otherwise it polls in pieces.
+func TestWholePollsOnlyWhatCanBeHandedOut(t *testing.T) {
+	for _, c := range []struct {
+		size, records, max int
+		read, left         time.Duration
+		want               bool
+	}{
+		{size: 50000, records: 0, max: 1000000, left: time.Second, want: true},                          // no rate yet
+		{size: 50000, records: 960000, max: 1000000, read: time.Second, left: time.Second, want: false}, // past max_records
+		{size: 50000, records: 1000000, max: 2000000, read: time.Second, left: 60 * time.Millisecond, want: true},
+		{size: 50000, records: 1000000, max: 2000000, read: time.Second, left: 40 * time.Millisecond, want: false}, // 50 ms of work left, 40 ms to go
+		{size: 0, records: 10, max: 100, read: time.Second, left: 0, want: true},
+	} {
+		if got := wholePoll(c.size, c.records, c.max, c.read, c.left); got != c.want {
+			t.Errorf("wholePoll(%d buffered, %d read in %v, max %d, %v left) = %v, want %v", c.size, c.records, c.read, c.max, c.left, got, c.want)
+		}
+	}
+}
