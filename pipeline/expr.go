@@ -9,6 +9,8 @@ import (
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/vm"
 	exprruntime "github.com/expr-lang/expr/vm/runtime"
+
+	"github.com/pipeline-run/pipeline/internal/codec"
 )
 
 // ExprEnv is what an expression sees. Expressions name its fields in lower
@@ -53,6 +55,9 @@ type Expr struct {
 	// compileFast); bool says the VM is asked for a bool.
 	fast fastFn
 	bool bool
+	// object, when set, is the whole expression: an object literal, which
+	// EvalValue builds as a list of fields (see fastObjectOf).
+	object *fastObject
 }
 
 // directRead is an expression simple enough to read without the VM.
@@ -101,6 +106,9 @@ func compileExpr(src string, want ExprResult, fastMembers bool) (*Expr, error) {
 		e.direct, e.field = directOf(node)
 	}
 	e.fast = compileFast(node)
+	if want == AnyResult && e.fast != nil {
+		e.object = fastObjectOf(node)
+	}
 	return e, nil
 }
 
@@ -300,22 +308,63 @@ func (ev *Evaluator) EvalState(e *Expr, r *Record, state any) (any, error) {
 	return out, nil
 }
 
-// evalFast runs e's fast evaluator; ok is false where the VM must answer.
-// It decodes what the VM would, so it fails where the VM does.
-func (ev *Evaluator) evalFast(e *Expr, r *Record, state any) (out any, ok bool, err error) {
-	env := &ev.fenv
+// EvalValue evaluates e against r, as Eval does, as a Value for
+// Value.Replace. The value of an object literal ({a: ..., b: ...}) is kept
+// as its fields: written out without building a map, which is built only
+// if something reads the value whole.
+func (ev *Evaluator) EvalValue(e *Expr, r *Record) (Value, error) {
+	if o := e.object; o != nil {
+		env, err := ev.readyFast(e, r, nil)
+		if err != nil {
+			return Value{}, err
+		}
+		fs := make([]codec.Field, len(o.keys))
+		ok := true
+		for i, f := range o.vals {
+			var v val
+			if v, ok = f(env); !ok {
+				break
+			}
+			fs[i] = codec.Field{Name: o.keys[i], Value: v.box()}
+		}
+		if ok {
+			var out Value
+			out.setFields(fs)
+			return out, nil
+		}
+	}
+	x, err := ev.Eval(e, r)
+	if err != nil {
+		return Value{}, err
+	}
+	return ObjectValue(x), nil
+}
+
+// readyFast readies ev's environment for a fast evaluator of e. It decodes
+// what the VM would, so it fails where the VM does.
+func (ev *Evaluator) readyFast(e *Expr, r *Record, state any) (env *fastEnv, err error) {
+	env = &ev.fenv
 	*env = fastEnv{r: r, state: state}
 	if e.uses&useKey != 0 {
 		if env.key, err = r.Key.Get(); err != nil {
-			return nil, false, fmt.Errorf("key: %w", err)
+			return nil, fmt.Errorf("key: %w", err)
 		}
 	}
 	if e.uses&useValue != 0 {
 		// Decoded as its fields are read (Value.Field): an object is
 		// built only if the expression reads the value whole.
 		if err = r.Value.load(); err != nil {
-			return nil, false, fmt.Errorf("value: %w", err)
+			return nil, fmt.Errorf("value: %w", err)
 		}
+	}
+	return env, nil
+}
+
+// evalFast runs e's fast evaluator; ok is false where the VM must answer.
+func (ev *Evaluator) evalFast(e *Expr, r *Record, state any) (out any, ok bool, err error) {
+	env, err := ev.readyFast(e, r, state)
+	if err != nil {
+		return nil, false, err
 	}
 	v, ok := e.fast(env)
 	if !ok || (e.bool && v.k != vBool) {

@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/expr-lang/expr/ast"
 )
@@ -182,6 +184,9 @@ func compileFast(node ast.Node) fastFn {
 			if !ok {
 				return nil
 			}
+			if slices.Contains(keys[:i], k.Value) {
+				return nil // a repeated key: the VM keeps the first
+			}
 			keys[i] = k.Value
 			if vals[i] = compileFast(pair.Value); vals[i] == nil {
 				return nil
@@ -200,6 +205,49 @@ func compileFast(node ast.Node) fastFn {
 		}
 	}
 	return nil
+}
+
+// fastObject is an object literal's keys, sorted, and the fast
+// evaluators of their values in the same order.
+type fastObject struct {
+	keys []string
+	vals []fastFn
+}
+
+// fastObjectOf returns node's fastObject if node is an object literal
+// whose keys are constant and distinct and whose values all have fast
+// evaluators; else nil.
+func fastObjectOf(node ast.Node) *fastObject {
+	n, ok := node.(*ast.MapNode)
+	if !ok {
+		return nil
+	}
+	o := &fastObject{keys: make([]string, len(n.Pairs)), vals: make([]fastFn, len(n.Pairs))}
+	order := make([]int, len(n.Pairs))
+	for i, p := range n.Pairs {
+		pair, ok := p.(*ast.PairNode)
+		if !ok {
+			return nil
+		}
+		k, ok := pair.Key.(*ast.StringNode)
+		if !ok {
+			return nil
+		}
+		o.keys[i], order[i] = k.Value, i
+		if o.vals[i] = compileFast(pair.Value); o.vals[i] == nil {
+			return nil
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(o.keys[a], o.keys[b]) })
+	keys, vals := make([]string, len(order)), make([]fastFn, len(order))
+	for i, j := range order {
+		keys[i], vals[i] = o.keys[j], o.vals[j]
+		if i > 0 && keys[i] == keys[i-1] {
+			return nil // a repeated key: the VM keeps the first
+		}
+	}
+	o.keys, o.vals = keys, vals
+	return o
 }
 
 func fastIdentifier(name string) fastFn {

@@ -3,10 +3,14 @@ package pipeline
 import (
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/internal/codec"
 )
 
 // fastExprs are expressions the fast evaluator takes on, with the result
@@ -42,6 +46,7 @@ var fastExprs = []struct {
 	{"[value.a, value.s, 1.5, nil, true]", AnyResult},
 	{"{k: key, t: topic, p: partition, o: offset, ts: timestamp, late: timestamp - value.a}", AnyResult},
 	{"value.n.a + 1", AnyResult},
+	{"{z: value.a, a: value.s, m: 1, o: {x: value.a}, l: [value.b]}", AnyResult},
 	{"value.n", AnyResult},
 	{"offset", AnyResult},
 	{"-offset", AnyResult},
@@ -132,6 +137,9 @@ func checkFastWith(t *testing.T, e *Expr, raw string, st any, d *Decoding) int {
 	if !reflect.DeepEqual(got, want) && !bothNaN(got, want) {
 		t.Errorf("%s on %s, state %v: %#v, the VM gives %#v", e.src, raw, st, got, want)
 	}
+	if st == nil {
+		checkEvalValue(t, e, rec(), want, werr)
+	}
 	if e.fast == nil {
 		return 0
 	}
@@ -153,7 +161,7 @@ func TestFastLeavesTheRestToTheVM(t *testing.T) {
 	for _, src := range []string{
 		"len(value.s)", "value?.a", "let x = value.a; x + 1", "value.a in [1, 2]",
 		"value.a ?? 0", "headers.h", "value.s startsWith 'x'", "value.a ** 2",
-		"filter([1, 2], # > 1)", "value.list[0]", "$env.value",
+		"filter([1, 2], # > 1)", "value.list[0]", "$env.value", "{a: 1, a: value.a}",
 	} {
 		e, err := CompileExpr(src, AnyResult)
 		if err != nil {
@@ -250,6 +258,82 @@ func TestFieldReadsBuildNoObject(t *testing.T) {
 		want, werr := ev.Eval(vmOnly(last), NewRecord(kr, String, JSON))
 		if werr == nil || err == nil || err.Error() != werr.Error() || x != want {
 			t.Errorf("%s: %v, %v; the VM gives %v, %v", raw, x, err, want, werr)
+		}
+	}
+}
+
+// checkEvalValue checks EvalValue against the VM's answer want (or error
+// werr): the same error, the same value read whole, field by field and
+// written out as JSON.
+func checkEvalValue(t *testing.T, e *Expr, r *Record, want any, werr error) {
+	t.Helper()
+	var ev Evaluator
+	v, err := ev.EvalValue(e, r)
+	if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
+		t.Errorf("%s: EvalValue's error %v, the VM's %v", e.src, err, werr)
+		return
+	}
+	if err != nil {
+		return
+	}
+	if m, ok := want.(map[string]any); ok {
+		for name, x := range m {
+			got, isObject, err := v.Field(name)
+			if err != nil || !isObject || (!reflect.DeepEqual(got, x) && !bothNaN(got, x)) {
+				t.Errorf("%s: EvalValue's field %s is %#v (object %v, %v), the VM gives %#v", e.src, name, got, isObject, err, x)
+			}
+		}
+		if got, isObject, _ := v.Field("absent"); got != nil || !isObject {
+			t.Errorf("%s: EvalValue's absent field is %#v (object %v)", e.src, got, isObject)
+		}
+	}
+	b, err := v.Encode(JSON)
+	wb, werr2 := Encode(want, JSON)
+	if (err == nil) != (werr2 == nil) || string(b) != string(wb) {
+		t.Errorf("%s: EvalValue writes %s (%v), the VM's result %s (%v)", e.src, b, err, wb, werr2)
+	}
+	if ab, ok, err := v.AppendJSON([]byte("x")); ok && (fmt.Sprint(err) != fmt.Sprint(werr2) || err == nil && string(ab) != "x"+string(wb)) {
+		t.Errorf("%s: EvalValue appends %s (%v), the VM's result is %s (%v)", e.src, ab, err, wb, werr2)
+	} else if !ok && string(b) != string(wb) {
+		t.Errorf("%s: EvalValue appends nothing, and writes %s", e.src, b)
+	}
+	got, err := v.Get()
+	if err != nil || (!reflect.DeepEqual(got, want) && !bothNaN(got, want)) {
+		t.Errorf("%s: EvalValue gives %#v (%v), the VM %#v", e.src, got, err, want)
+	}
+}
+
+// TestObjectLiteralsAreKeptAsFields: EvalValue keeps an object literal with
+// constant, distinct keys as a sorted list of fields, and leaves one with a
+// repeated key to the VM, which keeps the first: {a: 1, a: 2} is {a: 1}.
+func TestObjectLiteralsAreKeptAsFields(t *testing.T) {
+	for src, fields := range map[string]bool{
+		"{z: value.a, a: value.s, m: 1}": true,
+		"{a: 1, a: value.a}":             false, // the VM's
+		"value.a":                        false,
+		"{a: len(value.s)}":              false, // the VM's
+	} {
+		e, err := CompileExpr(src, AnyResult)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := new(Record)
+		r.Read(&kgo.Record{Value: []byte(`{"a":1,"s":"x"}`)}, NewDecoding(String, JSON, ValueReads{Whole: true}))
+		var ev Evaluator
+		v, err := ev.EvalValue(e, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := v.split && !v.decoded; got != fields {
+			t.Errorf("%s: kept as fields %v, want %v", src, got, fields)
+		}
+		if src == "{a: 1, a: value.a}" {
+			if got, _ := v.Get(); !reflect.DeepEqual(got, map[string]any{"a": 1}) {
+				t.Errorf("%s: %#v, want the first a", src, got)
+			}
+		}
+		if fields && !slices.IsSortedFunc(v.fields, func(a, b codec.Field) int { return strings.Compare(a.Name, b.Name) }) {
+			t.Errorf("%s: fields not sorted: %v", src, v.fields)
 		}
 	}
 }

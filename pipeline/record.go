@@ -170,10 +170,48 @@ func (v *Value) field(name string) (any, bool) {
 	return m[name], true
 }
 
+// AppendJSON appends the JSON encoding of a value an operator set to buf,
+// as Encode(JSON) returns it; ok is false where Encode returns the value as
+// it is: unchanged, nil, or bytes already encoded.
+func (v *Value) AppendJSON(buf []byte) (out []byte, ok bool, err error) {
+	if !v.dirty {
+		return nil, false, nil
+	}
+	if v.split && !v.decoded {
+		out, err = codec.AppendJSONFields(buf, v.fields)
+	} else {
+		switch v.obj.(type) {
+		case nil, []byte:
+			return nil, false, nil
+		}
+		out, err = codec.AppendJSON(buf, v.obj)
+	}
+	if err != nil {
+		return nil, true, fmt.Errorf("encoding JSON: %w", err)
+	}
+	return out, true, nil
+}
+
 // Set replaces the value.
 func (v *Value) Set(x any) {
 	v.obj, v.decoded, v.dirty = x, true, true
 	v.raw, v.fields, v.split = nil, nil, false
+}
+
+// Replace replaces the value with w, a result of Evaluator.EvalValue,
+// keeping the format v was read with.
+func (v *Value) Replace(w Value) {
+	f := v.format
+	*v = w
+	v.format = f
+}
+
+// setFields sets the value to the object of fields fs, sorted by name
+// without duplicates: written out without a map, built only if something
+// asks for the value whole.
+func (v *Value) setFields(fs []codec.Field) {
+	v.fields, v.split, v.dirty = fs, true, true
+	v.obj, v.decoded, v.raw, v.proj = nil, false, nil, nil
 }
 
 // Format returns the format the value was read with.
@@ -196,6 +234,13 @@ func (v *Value) Raw() []byte {
 func (v *Value) Encode(f Format) ([]byte, error) {
 	if !v.dirty {
 		return v.raw, nil
+	}
+	if v.split && !v.decoded {
+		if f == JSON {
+			b, _, err := v.AppendJSON(nil)
+			return b, err
+		}
+		v.Get() // cannot fail: the fields are there
 	}
 	return Encode(v.obj, f)
 }

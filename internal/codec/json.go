@@ -409,6 +409,25 @@ func (d *jsonDecoder) number() (any, error) {
 	return f, nil
 }
 
+// AppendJSONFields appends fs as a JSON object, in their order, which must
+// be sorted by name without duplicates for the result to be the one
+// AppendJSON gives the equivalent map.
+func AppendJSONFields(buf []byte, fs []Field) ([]byte, error) {
+	buf = append(buf, '{')
+	for i := range fs {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendJSONString(buf, fs[i].Name)
+		buf = append(buf, ':')
+		var err error
+		if buf, err = AppendJSON(buf, fs[i].Value); err != nil {
+			return nil, err
+		}
+	}
+	return append(buf, '}'), nil
+}
+
 // AppendJSON appends the JSON encoding of x to buf. It handles the plain
 // values DecodeJSON and expressions produce (maps with string keys, lists,
 // strings, numbers, bools, nil) itself, byte for byte as encoding/json would

@@ -103,13 +103,12 @@ func (s *sinkOp) encodeValue(v *pipeline.Value, f pipeline.Format) ([]byte, erro
 	if !v.Changed() || f == pipeline.String || f == pipeline.Bytes {
 		return v.Encode(f)
 	}
-	obj, _ := v.Get() // a changed value is decoded
-	if _, ok := obj.([]byte); ok || obj == nil {
+	out, ok, err := v.AppendJSON(s.chunk.Tail())
+	if !ok {
 		return v.Encode(f)
 	}
-	out, err := codec.AppendJSON(s.chunk.Tail(), obj)
 	if err != nil {
-		return nil, fmt.Errorf("encoding JSON: %w", err)
+		return nil, err
 	}
 	return s.chunk.Keep(out), nil
 }

@@ -101,7 +101,8 @@ func newMap(s *pipeline.Spec) (pipeline.Definition, error) {
 func (m *mapOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	// Evaluate everything against the record as it came in, then assign:
 	// `key: value.id` and `value: "{...}"` must both see the old value.
-	var k, v any
+	var k any
+	var v pipeline.Value
 	var err error
 	if m.key != nil {
 		if k, err = ctx.Eval().Eval(m.key, r); err != nil {
@@ -109,7 +110,7 @@ func (m *mapOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 		}
 	}
 	if m.value != nil {
-		if v, err = ctx.Eval().Eval(m.value, r); err != nil {
+		if v, err = ctx.Eval().EvalValue(m.value, r); err != nil {
 			return err
 		}
 	}
@@ -141,7 +142,7 @@ func (m *mapOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 		r.Key.Set(k)
 	}
 	if m.value != nil {
-		r.Value.Set(v)
+		r.Value.Replace(v)
 	}
 	for i, h := range m.headers {
 		r.SetHeader(h.Name, hv[i])
