@@ -196,7 +196,11 @@ func (w *window) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pipeli
 	if err != nil {
 		return nil, err
 	}
-	return &windowOp{def: w, wins: wins, timers: tm}, nil
+	op := &windowOp{def: w, st: st, wins: wins, timers: tm}
+	if w.kind != "session" {
+		op.cache = map[string]map[int64]*cachedWindow{}
+	}
+	return op, nil
 }
 
 // windowOp is a window step in one task. Its state, per key: the open
@@ -206,9 +210,28 @@ func (w *window) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pipeli
 // early results at the next one's time.
 type windowOp struct {
 	def    *window
+	st     *state.Store
 	wins   *state.Map[map[string]any]
 	timers *state.Timers
 	starts []int64 // scratch
+	// cache holds, for tumbling and sliding windows, the windows changed
+	// since the last checkpoint, decoded, by key and start: written to
+	// the store once per checkpoint (Flush), or before a timer of their
+	// key reads them, not decoded and encoded again for every record.
+	// At most maxCached windows (cached counts them); gen is the store's
+	// generation they are of.
+	cache  map[string]map[int64]*cachedWindow
+	cached int
+	gen    uint64
+	// saved is scratch space to undo a record's partial fold.
+	saved []savedField
+}
+
+// cachedWindow is a window in windowOp.cache. closeSet says its close
+// timer is set, so that later records need not set it again.
+type cachedWindow struct {
+	win      map[string]any
+	closeSet bool
 }
 
 // closing returns the time windows close at: the watermark, or for
@@ -294,18 +317,11 @@ func (o *windowOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 			continue // this window is gone
 		}
 		took = true
-		mk := startKey(start)
-		win, ok, err := o.wins.Get(key, mk)
+		c, err := o.cachedWindow(key, start, end)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			win = map[string]any{"e": end, "a": map[string]any{}}
-		}
-		if err := o.add(ctx, key, start, win, r, wm); err != nil {
-			return err
-		}
-		if err := o.wins.Put(key, mk, win); err != nil {
+		if err := o.add(ctx, key, start, c, r, wm); err != nil {
 			return err
 		}
 	}
@@ -315,16 +331,101 @@ func (o *windowOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	return nil
 }
 
-// add folds r into window win of key and sets the timers it needs: its
-// close, or, if it closed already, emits the corrected result.
-func (o *windowOp) add(ctx pipeline.Context, key []byte, start int64, win map[string]any, r *pipeline.Record, wm int64) error {
+// cachedWindow returns key's window at start, ending at end, from the
+// cache, else from the store or new, and caches it.
+func (o *windowOp) cachedWindow(key []byte, start, end int64) (*cachedWindow, error) {
+	if g := o.st.Generation(); g != o.gen {
+		// Aborted or restored: what the cache holds was rolled back.
+		clear(o.cache)
+		o.cached, o.gen = 0, g
+	}
+	byStart := o.cache[string(key)]
+	if c := byStart[start]; c != nil {
+		return c, nil
+	}
+	if o.cached >= maxCached {
+		if err := o.writeBack(); err != nil {
+			return nil, err
+		}
+		byStart = nil
+	}
+	win, ok, err := o.wins.Get(key, startKey(start))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		win = map[string]any{"e": end, "a": map[string]any{}}
+	}
+	if byStart == nil {
+		byStart = map[int64]*cachedWindow{}
+		o.cache[string(key)] = byStart
+	}
+	c := &cachedWindow{win: win}
+	byStart[start] = c
+	o.cached++
+	return c, nil
+}
+
+// writeBack writes the cached windows to the store and empties the cache.
+func (o *windowOp) writeBack() error {
+	for k, byStart := range o.cache {
+		if err := o.writeBackKey([]byte(k), byStart); err != nil {
+			return err
+		}
+	}
+	clear(o.cache)
+	o.cached, o.gen = 0, o.st.Generation()
+	return nil
+}
+
+func (o *windowOp) writeBackKey(key []byte, byStart map[int64]*cachedWindow) error {
+	for start, c := range byStart {
+		if err := o.wins.Put(key, startKey(start), c.win); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Flush writes the cached windows to the store, before the checkpoint
+// logs its changes.
+func (o *windowOp) Flush(pipeline.Context) error {
+	if o.cache == nil {
+		return nil
+	}
+	if o.st.Generation() != o.gen {
+		clear(o.cache) // rolled back since
+		o.cached, o.gen = 0, o.st.Generation()
+		return nil
+	}
+	return o.writeBack()
+}
+
+// add folds r into window c of key and sets the timers it needs: its
+// close, or, if it closed already, emits the corrected result. A field
+// that fails leaves the window as it was before r.
+func (o *windowOp) add(ctx pipeline.Context, key []byte, start int64, c *cachedWindow, r *pipeline.Record, wm int64) error {
+	win := c.win
 	acc, _ := win["a"].(map[string]any)
 	if acc == nil {
 		acc = map[string]any{}
 		win["a"] = acc
 	}
+	saved := o.saved[:0]
 	for _, f := range o.def.fields {
+		v, has := acc[f.name]
+		saved = append(saved, savedField{v, has})
+	}
+	o.saved = saved
+	for i, f := range o.def.fields {
 		if err := f.fold(ctx.Eval(), acc, r); err != nil {
+			for j, g := range o.def.fields[:i+1] {
+				if saved[j].has {
+					acc[g.name] = saved[j].v
+				} else {
+					delete(acc, g.name)
+				}
+			}
 			return fmt.Errorf("field %s: %w", f.name, err)
 		}
 	}
@@ -343,8 +444,11 @@ func (o *windowOp) add(ctx pipeline.Context, key []byte, start int64, win map[st
 		}
 		return o.timers.Set(key, time.UnixMilli(end+o.def.lateness), state.EventTime)
 	}
-	if err := o.timers.Set(key, time.UnixMilli(end), o.domain()); err != nil {
-		return err
+	if !c.closeSet {
+		if err := o.timers.Set(key, time.UnixMilli(end), o.domain()); err != nil {
+			return err
+		}
+		c.closeSet = o.cache != nil
 	}
 	if o.def.early > 0 {
 		if d, _ := win["d"].(bool); !d {
@@ -405,7 +509,7 @@ func (o *windowOp) session(ctx pipeline.Context, key []byte, ts, wm int64, r *pi
 			win["f"] = true
 		}
 	}
-	if err := o.add(ctx, key, start, win, r, wm); err != nil {
+	if err := o.add(ctx, key, start, &cachedWindow{win: win}, r, wm); err != nil {
 		return err
 	}
 	return o.wins.Put(key, startKey(start), win)
@@ -467,6 +571,14 @@ func (o *windowOp) late(ctx pipeline.Context, r *pipeline.Record) { o.def.lateOu
 // OnTimer closes key's windows the watermark passed, drops those past
 // their lateness, and emits early results of open windows that changed.
 func (o *windowOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
+	if byStart := o.cache[string(t.Key)]; byStart != nil && o.st.Generation() == o.gen {
+		// The store is what the timer reads and changes.
+		if err := o.writeBackKey(t.Key, byStart); err != nil {
+			return err
+		}
+		o.cached -= len(byStart)
+		delete(o.cache, string(t.Key))
+	}
 	all, err := o.wins.Entries(t.Key)
 	if err != nil {
 		return err
