@@ -53,7 +53,7 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 			// pieces, which leaves less to read again.
 			take := n
 			size := max(int(rt.sink.Client().BufferedFetchRecords()), rt.lastWhole)
-			whole := wholePoll(size, cp.Records, maxRecords, time.Since(start), time.Until(deadline))
+			whole := wholePoll(size, cp.Records, maxRecords, time.Since(start), time.Until(deadline), rt.handRate)
 			if whole {
 				take = 0
 			}
@@ -79,6 +79,9 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 		}
 	}
 
+	if read := time.Since(start); cp.Records > 0 && read > 0 {
+		rt.handRate = float64(cp.Records) / read.Seconds()
+	}
 	// What was polled and not handed out is read again by the next
 	// checkpoint: the offsets this one commits stop before it.
 	rt.rewindPolled()
@@ -240,15 +243,23 @@ func (rt *runtime) fetchErr(f kgo.Fetches) error {
 // wholePoll says whether the coordinator may poll all the records the
 // client has buffered, size (or as many as the last such poll returned, if
 // more): whether they would all be handed out before the checkpoint stops
-// reading, left from now, at the rate it has handed records out so far
-// (records in read), and within max_records. What is polled and not handed
-// out is read again.
-func wholePoll(size, records, maxRecords int, read, left time.Duration) bool {
+// reading, left from now, and within max_records. What is polled and not
+// handed out is read again. The rate it goes by is the lower of the last
+// checkpoint's, lastRate records/s (0: none yet), and this one's so far
+// (records in read); with neither it polls in pieces. The first hand-out
+// of a checkpoint fills the tasks at once, so its rate alone says little.
+func wholePoll(size, records, maxRecords int, read, left time.Duration, lastRate float64) bool {
 	if records+size > maxRecords {
 		return false
 	}
-	if records == 0 || read <= 0 {
-		return true
+	rate := lastRate
+	if records > 0 && read > 0 {
+		if now := float64(records) / read.Seconds(); rate == 0 || now < rate {
+			rate = now
+		}
 	}
-	return time.Duration(float64(size)/float64(records)*float64(read)) <= left
+	if rate <= 0 {
+		return false
+	}
+	return time.Duration(float64(size)/rate*float64(time.Second)) <= left
 }

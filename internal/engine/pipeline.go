@@ -242,6 +242,9 @@ type runtime struct {
 	// lastWhole is how many records the last poll of everything
 	// buffered returned (coordinator only; wholePoll).
 	lastWhole int
+	// handRate is the records per second the last checkpoint that read
+	// any handed out while it read (coordinator only; wholePoll).
+	handRate float64
 
 	purge *purger // deletes consumed records of repartition topics
 

@@ -9,6 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pipeline-run/pipeline/internal/testkit"
+	"github.com/pipeline-run/pipeline/pipeline"
+	"github.com/pipeline-run/pipeline/pipeline/ops"
 )
 
 func fetchOf(topic string, parts map[int32]int) kgo.Fetches {
@@ -120,22 +122,59 @@ func TestPolledRecordsLeftAtACheckpointAreReadAgain(t *testing.T) {
 }
 
 // TestWholePollsOnlyWhatCanBeHandedOut: a checkpoint polls everything
-// buffered while, at its rate so far, it would hand it all out before it
-// stops reading and within max_records; otherwise it polls in pieces.
+// buffered while, at the lower of the last checkpoint's rate and its own so
+// far, it would hand it all out before it stops reading and within
+// max_records; otherwise, and with no rate yet, it polls in pieces.
 func TestWholePollsOnlyWhatCanBeHandedOut(t *testing.T) {
 	for _, c := range []struct {
 		size, records, max int
 		read, left         time.Duration
+		last               float64
 		want               bool
 	}{
-		{size: 50000, records: 0, max: 1000000, left: time.Second, want: true},                          // no rate yet
-		{size: 50000, records: 960000, max: 1000000, read: time.Second, left: time.Second, want: false}, // past max_records
-		{size: 50000, records: 1000000, max: 2000000, read: time.Second, left: 60 * time.Millisecond, want: true},
-		{size: 50000, records: 1000000, max: 2000000, read: time.Second, left: 40 * time.Millisecond, want: false}, // 50 ms of work left, 40 ms to go
+		{size: 50000, records: 0, max: 1000000, left: time.Second, want: false},                                                     // no rate yet
+		{size: 50000, records: 0, max: 1000000, left: time.Second, last: 100000, want: true},                                        // 0.5 s of work, 1 s to go
+		{size: 50000, records: 0, max: 1000000, left: time.Second, last: 20000, want: false},                                        // 2.5 s of work
+		{size: 50000, records: 960000, max: 1000000, read: time.Second, left: time.Second, last: 1e6, want: false},                  // past max_records
+		{size: 50000, records: 1000000, max: 2000000, read: time.Second, left: 60 * time.Millisecond, want: true},                   // this checkpoint's rate
+		{size: 50000, records: 1000000, max: 2000000, read: time.Second, left: 40 * time.Millisecond, want: false},                  // 50 ms of work left, 40 ms to go
+		{size: 50000, records: 10000, max: 2000000, read: time.Millisecond, left: 500 * time.Millisecond, last: 50000, want: false}, // a full first hand-out says little
+		{size: 50000, records: 1000000, max: 2000000, read: time.Second, left: 60 * time.Millisecond, last: 1e7, want: true},
 		{size: 0, records: 10, max: 100, read: time.Second, left: 0, want: true},
 	} {
-		if got := wholePoll(c.size, c.records, c.max, c.read, c.left); got != c.want {
-			t.Errorf("wholePoll(%d buffered, %d read in %v, max %d, %v left) = %v, want %v", c.size, c.records, c.read, c.max, c.left, got, c.want)
+		if got := wholePoll(c.size, c.records, c.max, c.read, c.left, c.last); got != c.want {
+			t.Errorf("wholePoll(%d buffered, %d read in %v, max %d, %v left, last %v/s) = %v, want %v", c.size, c.records, c.read, c.max, c.left, c.last, got, c.want)
 		}
 	}
+}
+
+// TestSlowTasksAreNotPolledMoreThanTheyTake: tasks that handle a few
+// thousand records a second, a backlog the client fetches in one response,
+// 100 ms checkpoints. A checkpoint that polled everything buffered would
+// hand out a tenth of it and read the rest again, checkpoint after
+// checkpoint (several times the input in all); going by the rate of the
+// last checkpoint, the coordinator polls in pieces instead.
+func TestSlowTasksAreNotPolledMoreThanTheyTake(t *testing.T) {
+	k := testkit.NewKafka(t)
+	k.Topic("in", 2)
+	const n = 4000
+	k.Input("in", n, 100, nil)
+	reg := ops.NewRegistry()
+	if err := reg.Register("slow", func(*pipeline.Spec) (pipeline.Definition, error) {
+		return slow{d: 100 * time.Microsecond}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Replace(passThrough, "max_records: 2000", "max_records: 1000000", 1)
+	body = strings.Replace(body, "consumer: {session_timeout: 6s}", "consumer: {session_timeout: 6s, max_poll_records: 200}", 1)
+	body = strings.Replace(body, `steps: [{map: "{k: value.k, seq: value.seq}"}]`, `steps: [{slow: {}}]`, 1)
+	p := newPipeline(t, k, body, reg)
+	testkit.RunUntilCommitted(t, k, p, "t", "in")
+	st := p.Stats()
+	reread := p.stats.reread.Load()
+	if reread > n/4 {
+		t.Fatalf("%d records were polled and read again for an input of %d (%d checkpoints)", reread, n, st.Committed)
+	}
+	testkit.CheckExactlyOnce(t, k.ReadAll("out"), n, nil)
+	t.Logf("%d records read again; %d checkpoints", reread, st.Committed)
 }
