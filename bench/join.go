@@ -39,8 +39,9 @@ const tableJoinSteps = `[{name: count, from: [in, in], table_join: {}}]`
 // tableGate is the table-join arm's gate: one output for every input
 // record older than the latest timestamp of its partition (the watermark
 // there: max_out_of_orderness 0), pairing it with itself; none for the
-// others.
+// others. With every, each input record has its output.
 type tableGate struct {
+	every bool
 	mu    sync.Mutex
 	topic string
 	due   map[int64]bool // seqs that must have their output
@@ -57,6 +58,18 @@ func (g *tableGate) oracleOf(ctx context.Context, cl *kgo.Client, in string) (ma
 	if err != nil {
 		return nil, fmt.Errorf("gate: reading the input %s back: %w", in, err)
 	}
+	due, err := tableDue(recs, g.every)
+	if err != nil {
+		return nil, err
+	}
+	g.topic, g.due, g.all = in, due, int64(len(recs))
+	return due, nil
+}
+
+// tableDue returns the seqs of the input records recs that must have an
+// output: all of them with every, else those older than the latest
+// timestamp of their partition.
+func tableDue(recs []*kgo.Record, every bool) (map[int64]bool, error) {
 	latest := map[int32]int64{}
 	for _, r := range recs {
 		latest[r.Partition] = max(latest[r.Partition], r.Timestamp.UnixMilli())
@@ -67,11 +80,10 @@ func (g *tableGate) oracleOf(ctx context.Context, cl *kgo.Client, in string) (ma
 		if !ok {
 			return nil, fmt.Errorf("gate: input record at partition %d offset %d has no seq", r.Partition, r.Offset)
 		}
-		if r.Timestamp.UnixMilli() < latest[r.Partition] {
+		if every || r.Timestamp.UnixMilli() < latest[r.Partition] {
 			due[seq] = true
 		}
 	}
-	g.topic, g.due, g.all = in, due, int64(len(recs))
 	return due, nil
 }
 

@@ -1,6 +1,11 @@
 package bench
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // TestStatefulArms runs the keyed-count-cp, interval-join and table-join
 // arms on the embedded broker: each passes its gate and is timed. The
@@ -27,5 +32,38 @@ func TestPairsItself(t *testing.T) {
 		if got := pairsItself(5, []byte(v)); got != want {
 			t.Errorf("pairsItself(5, %s) = %v", v, got)
 		}
+	}
+}
+
+// TestTableDue: the table-join arm waits for the watermark, so the records
+// of a partition's latest millisecond have no output; Kafka Streams' arm
+// (every) joins each record as it reads it.
+func TestTableDue(t *testing.T) {
+	rec := func(part int32, seq, ms int64) *kgo.Record {
+		return &kgo.Record{Partition: part, Value: Value(nil, seq, ms, 60), Timestamp: time.UnixMilli(ms)}
+	}
+	recs := []*kgo.Record{rec(0, 1, 10), rec(0, 2, 20), rec(0, 3, 20), rec(1, 4, 15), rec(1, 5, 5)}
+	for _, tc := range []struct {
+		every bool
+		want  []int64
+	}{
+		{false, []int64{1, 5}},
+		{true, []int64{1, 2, 3, 4, 5}},
+	} {
+		due, err := tableDue(recs, tc.every)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(due) != len(tc.want) {
+			t.Errorf("every=%v: due %v, want %v", tc.every, due, tc.want)
+		}
+		for _, seq := range tc.want {
+			if !due[seq] {
+				t.Errorf("every=%v: seq %d not due (due: %v)", tc.every, seq, due)
+			}
+		}
+	}
+	if _, err := tableDue([]*kgo.Record{{Value: []byte(`{}`)}}, true); err == nil {
+		t.Error("an input record without a seq passed")
 	}
 }

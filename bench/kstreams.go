@@ -30,6 +30,7 @@ import (
 //	kstreams-count           a count per key emitting every update (record cache off), as keyed-count
 //	kstreams-count-cached    the same with a 10 MB record cache, as keyed-count-cp (emit: checkpoint)
 //	kstreams-windowed-count  tumbling 1 s windows, final results only (suppress), as windowed-count
+//	kstreams-table-join      the input joined with itself read as a versioned table, as table-join
 //
 // They are timed from the first record the application processes (it says
 // so on its stdout) to the output of the last input record appearing on the
@@ -52,6 +53,7 @@ var kstreamsArms = map[string]struct {
 	"kstreams-count":          {"count", 0},
 	"kstreams-count-cached":   {"count", kstreamsCache},
 	"kstreams-windowed-count": {"windowed-count", 0},
+	"kstreams-table-join":     {"table-join", 0},
 }
 
 // kstreamsArm returns the Kafka Streams arm name, run by script.
@@ -66,6 +68,11 @@ func kstreamsArm(name, script string) *Arm {
 		a.Gate, a.Outputs = g.check, g.outputs
 	case "kstreams-windowed-count":
 		g := &windowGate{size: windowMs}
+		a.Gate, a.Outputs = g.check, g.outputs
+	case "kstreams-table-join":
+		// Kafka Streams joins a record when it reads it; the pipeline waits
+		// for the watermark to pass its time.
+		g := &tableGate{every: true}
 		a.Gate, a.Outputs = g.check, g.outputs
 	}
 	a.NoLatency = "the Kafka Streams arms are measured for throughput only"

@@ -50,7 +50,7 @@ type Options struct {
 // with Java and Maven. The limit, keyed-count-cp, windowed-count, table-join
 // and kstreams-* arms have no latency runs.
 var ArmNames = []string{"limit", "copy", "copy-rc", "peer", "pass", "filter-map", "keyed-count", "keyed-count-cp", "windowed-count", "interval-join", "table-join",
-	"kstreams-pass", "kstreams-count", "kstreams-count-cached", "kstreams-windowed-count"}
+	"kstreams-pass", "kstreams-count", "kstreams-count-cached", "kstreams-windowed-count", "kstreams-table-join"}
 
 // ParseFlags parses the command line. It returns an error wrapping
 // ErrUsage (or flag.ErrHelp) on bad usage; messages and help go to w.

@@ -168,4 +168,5 @@ var KStreamsOf = map[string]string{
 	"keyed-count":    "kstreams-count",
 	"keyed-count-cp": "kstreams-count-cached",
 	"windowed-count": "kstreams-windowed-count",
+	"table-join":     "kstreams-table-join",
 }

@@ -32,7 +32,9 @@ import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.TopologyConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KStream;
+import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
@@ -43,6 +45,7 @@ import org.apache.kafka.streams.processor.api.Processor;
 import org.apache.kafka.streams.processor.api.ProcessorContext;
 import org.apache.kafka.streams.processor.api.Record;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.WindowStore;
 
 /**
@@ -50,7 +53,7 @@ import org.apache.kafka.streams.state.WindowStore;
  * runs as its own process, through scripts/kstreams.sh.
  *
  * <pre>
- * KStreamsBench --bootstrap HOST:PORT --job pass|count|windowed-count --app-id ID
+ * KStreamsBench --bootstrap HOST:PORT --job pass|count|windowed-count|table-join --app-id ID
  *               [--in TOPIC] [--out TOPIC] [--commit-interval-ms 1000]
  *               [--cache-max-bytes 0] [--threads 1] [--state-dir DIR] [--linger-ms 50]
  * </pre>
@@ -70,6 +73,12 @@ import org.apache.kafka.streams.state.WindowStore;
  * {@code <app-id>-suppress-store-changelog}); each closed window gives
  * {@code {"key":"K","window_start":S,"window_end":E,"timing":"on_time","count":C}}
  * under the original key, stamped E − 1 ms.
+ * <li>table-join: the input read as a table too (toTable into the versioned
+ * store {@code table}, changelog {@code <app-id>-table-changelog}, one
+ * minute of history), and each record joined with the row its key had at
+ * the record's time, which is the record itself: the table is updated
+ * before the join sees the record. Each gives
+ * {@code {"left":<record>,"right":<row>}}.
  * </ul>
  *
  * stdout carries only these lines: {@code running} (the first time the
@@ -84,6 +93,10 @@ public final class KStreamsBench {
 
     /** The name of the state store of count and windowed-count. */
     static final String STORE = "count";
+    /** The name of table-join's versioned store. */
+    static final String TABLE = "table";
+    /** How much history table-join's store keeps. */
+    static final Duration TABLE_HISTORY = Duration.ofMinutes(1);
     /** The name of windowed-count's suppression; its buffer is SUPPRESS + "-store". */
     static final String SUPPRESS = "suppress";
 
@@ -94,12 +107,12 @@ public final class KStreamsBench {
     static final int EXIT_USAGE = 2;
 
     private static final String USAGE = String.join("\n",
-            "usage: KStreamsBench --bootstrap HOST:PORT --job pass|count|windowed-count --app-id ID",
+            "usage: KStreamsBench --bootstrap HOST:PORT --job pass|count|windowed-count|table-join --app-id ID",
             "                     [--in TOPIC] [--out TOPIC] [--commit-interval-ms N] [--cache-max-bytes N]",
             "                     [--threads N] [--state-dir DIR] [--linger-ms N]",
             "",
             "  --bootstrap HOST:PORT    Kafka bootstrap servers (required)",
-            "  --job NAME               pass, count or windowed-count (required)",
+            "  --job NAME               pass, count, windowed-count or table-join (required)",
             "  --app-id ID              application.id: consumer group, transactional ids and",
             "                           internal topic prefix (required)",
             "  --in TOPIC               input topic [in]",
@@ -128,7 +141,7 @@ public final class KStreamsBench {
     }
 
     enum Job {
-        PASS("pass"), COUNT("count"), WINDOWED_COUNT("windowed-count");
+        PASS("pass"), COUNT("count"), WINDOWED_COUNT("windowed-count"), TABLE_JOIN("table-join");
 
         final String arg;
 
@@ -142,7 +155,7 @@ public final class KStreamsBench {
                     return j;
                 }
             }
-            throw new UsageException("--job " + s + ": want pass, count or windowed-count");
+            throw new UsageException("--job " + s + ": want pass, count, windowed-count or table-join");
         }
     }
 
@@ -513,6 +526,16 @@ public final class KStreamsBench {
                     .toStream()
                     .process(WindowResult::new, Named.as("window-result"))
                     .to(a.out, produced);
+            case TABLE_JOIN -> {
+                // The table processor is the stream's child before the join,
+                // so a record is in the table when the join looks it up.
+                KTable<byte[], byte[]> table = in.toTable(Named.as(TABLE),
+                        Materialized.<byte[], byte[]>as(Stores.persistentVersionedKeyValueStore(TABLE, TABLE_HISTORY))
+                                .withKeySerde(bytes)
+                                .withValueSerde(bytes));
+                in.join(table, Json::pair, Joined.with(bytes, bytes, bytes).withName("join"))
+                        .to(a.out, produced);
+            }
             default -> throw new IllegalStateException("job " + a.job);
         }
         return b.build();
@@ -638,6 +661,8 @@ public final class KStreamsBench {
         static final byte[] SEQ_SEP = ascii(",\"seq\":");
         static final byte[] TS_SEP = ascii(",\"ts\":");
         static final byte[] KEY_OPEN = ascii("{\"key\":\"");
+        static final byte[] LEFT_OPEN = ascii("{\"left\":");
+        static final byte[] RIGHT_SEP = ascii(",\"right\":");
         static final byte[] START_SEP = ascii("\",\"window_start\":");
         static final byte[] END_SEP = ascii(",\"window_end\":");
         static final byte[] TIMING_COUNT_SEP = ascii(",\"timing\":\"on_time\",\"count\":");
@@ -725,6 +750,17 @@ public final class KStreamsBench {
                 v /= 10;
             }
             return off + digits;
+        }
+
+        /** {"left":L,"right":R}: table-join's output, of two JSON values. */
+        static byte[] pair(byte[] left, byte[] right) {
+            byte[] buf = new byte[LEFT_OPEN.length + left.length + RIGHT_SEP.length + right.length + 1];
+            int n = put(buf, 0, LEFT_OPEN);
+            n = put(buf, n, left);
+            n = put(buf, n, RIGHT_SEP);
+            n = put(buf, n, right);
+            buf[n] = '}';
+            return buf;
         }
 
         /** {"key":"K","window_start":S,"window_end":E,"timing":"on_time","count":C} */
