@@ -396,3 +396,35 @@ func keysOf(t testing.TB, recs []ChangelogRecord) []string {
 	}
 	return out
 }
+
+// TestNoTombstoneForWhatWasNeverCommitted: with the memory backend, a key
+// written and deleted again between two commits leaves nothing in the
+// changelog (a join's buffered record, a timer that fired); a committed key
+// deleted leaves its tombstone. A restore reads the same state either way.
+func TestNoTombstoneForWhatWasNeverCommitted(t *testing.T) {
+	s := mustOpen(t, NewMemory(), nil)
+	m := must[*Map[int]](t)(NewMap[int](s, "m", TTLConfig{}))
+	var l changelog
+	checkpoint(t, s, &l) // the fingerprint
+	k := []byte("k")
+	ok(t, m.Put(k, "kept", 1))
+	ok(t, m.Put(k, "gone", 2))
+	checkpoint(t, s, &l)
+	ok(t, m.Remove(k, "gone")) // committed: a tombstone
+	ok(t, m.Put(k, "brief", 3))
+	ok(t, m.Remove(k, "brief")) // never committed: nothing
+	ok(t, m.Remove(k, "never")) // never written: nothing
+	c := s.Changes()
+	if len(c) != 1 || c[0].Value != nil || !strings.HasSuffix(string(c[0].Key), "gone") {
+		t.Fatalf("Changes = %+v; want the tombstone of gone alone", c)
+	}
+	ok(t, s.Commit(l.produce(c)))
+
+	r := mustOpen(t, NewMemory(), nil)
+	rm := must[*Map[int]](t)(NewMap[int](r, "m", TTLConfig{}))
+	restoreAll(t, r, &l)
+	es := must[[]MapEntry[int]](t)(rm.Entries(k))
+	if len(es) != 1 || es[0].Key != "kept" || es[0].Value != 1 {
+		t.Fatalf("restored entries %v; want kept=1 alone", es)
+	}
+}

@@ -177,19 +177,14 @@ func (s *Store) Changes() []ChangelogRecord {
 	if s.sealed || s.closed {
 		return s.changes
 	}
+	// A key the memory table does not hold and the overlay deletes (one
+	// written and removed again since the last commit, as a join's
+	// buffered record) needs no tombstone: the changelog's last word on it
+	// is already that it is gone, or there is none.
+	mem, _ := s.tab.(*memTable)
 	keys := make([]string, 0, len(s.ov))
-	for k := range s.ov {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	recs := make([]ChangelogRecord, 0, len(keys)+1)
-	if !s.fpLogged {
-		// fingerprintKey sorts before every data key.
-		recs = append(recs, ChangelogRecord{Key: fingerprintKey, Value: []byte(s.fp), Offset: -1})
-	}
 	var now int64
-	for _, k := range keys {
-		e := s.ov[k]
+	for k, e := range s.ov {
 		if e.val != nil {
 			if exp := valueExp(e.val); exp != 0 {
 				if now == 0 {
@@ -201,7 +196,19 @@ func (s *Store) Changes() []ChangelogRecord {
 				}
 			}
 		}
-		recs = append(recs, ChangelogRecord{Key: []byte(k), Value: e.val, Offset: -1})
+		if e.val == nil && mem != nil && mem.data[k] == nil {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	recs := make([]ChangelogRecord, 0, len(keys)+1)
+	if !s.fpLogged {
+		// fingerprintKey sorts before every data key.
+		recs = append(recs, ChangelogRecord{Key: fingerprintKey, Value: []byte(s.fp), Offset: -1})
+	}
+	for _, k := range keys {
+		recs = append(recs, ChangelogRecord{Key: []byte(k), Value: s.ov[k].val, Offset: -1})
 	}
 	s.sealed = true
 	s.changes = recs
