@@ -82,8 +82,8 @@ func (m *Map[T]) Entries(key []byte) ([]MapEntry[T], error) {
 	group := appendGroup(s.gbuf[:0], m.st.prefix, key, subMap)
 	s.gbuf = group
 	var out []MapEntry[T]
-	for _, ks := range s.ovGroups[string(group)] {
-		e := s.ov[ks]
+	for _, oe := range s.ovGroups[string(group)] {
+		ks, e := oe.key, oe.e
 		if e.val == nil || !s.live(valueExp(e.val)) {
 			continue
 		}
@@ -131,8 +131,8 @@ func (m *Map[T]) Clear(key []byte) error {
 	}
 	group := appendGroup(s.gbuf[:0], m.st.prefix, key, subMap)
 	s.gbuf = group
-	for _, ks := range s.ovGroups[string(group)] {
-		s.ov[ks].val = nil
+	for _, oe := range s.ovGroups[string(group)] {
+		oe.e.val = nil
 	}
 	var keys [][]byte
 	var prevs []int64

@@ -45,7 +45,7 @@ type Store struct {
 	// The uncommitted overlay: changelog key → entry. ovGroups lists the
 	// overlay's map entries by group, for Map.Entries and Clear.
 	ov       map[string]*entry
-	ovGroups map[string][]string
+	ovGroups map[string][]ovEntry
 
 	sealed   bool              // Changes was called; writes wait for Commit or Abort
 	changes  []ChangelogRecord // what Changes returned
@@ -120,7 +120,7 @@ func Open(b Backend, name string, task int32, fingerprint string, clock Clock) (
 		tab:      tab,
 		states:   map[string]*stateInfo{},
 		ov:       map[string]*entry{},
-		ovGroups: map[string][]string{},
+		ovGroups: map[string][]ovEntry{},
 		fpLogged: tab.fingerprint() != "",
 	}, nil
 }
@@ -603,12 +603,18 @@ func prevFor(st *stateInfo, prev int64) int64 {
 	return -1
 }
 
+// ovEntry is an overlay entry listed in its map group.
+type ovEntry struct {
+	key string
+	e   *entry
+}
+
 // insert adds a key to the overlay.
 func (s *Store) insert(k []byte, e *entry) {
 	ks := string(k)
 	s.ov[ks] = e
 	if g := mapGroupLen(k); g > 0 {
-		s.ovGroups[ks[:g]] = append(s.ovGroups[ks[:g]], ks)
+		s.ovGroups[ks[:g]] = append(s.ovGroups[ks[:g]], ovEntry{ks, e})
 	}
 }
 
