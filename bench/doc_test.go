@@ -48,35 +48,44 @@ func TestBenchmarksPageIsWhatTheCommittedResultsSay(t *testing.T) {
 }
 
 // TestBenchmarksPageShowsTheKStreamsSweep checks the per-configuration
-// tables of the sweep against the limit and Kafka Streams: each is on the
-// page as -report prints it from the committed results.
+// tables of the sweeps against the limit and Kafka Streams: each is on the
+// page as -report prints it from the committed results, and so are their
+// restores.
 func TestBenchmarksPageShowsTheKStreamsSweep(t *testing.T) {
 	page, err := os.ReadFile("../docs/benchmarks.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := ReadJSON("results/kafka-kstreams.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	Report(&out, res)
-	tables := regexp.MustCompile(`(?m)^#### [^\n]*\n\n((?:\|.*\n)+)`).FindAllSubmatch(out.Bytes(), -1)
-	if len(tables) != 2 {
-		t.Fatalf("-report printed %d configuration tables, want 2:\n%s", len(tables), out.String())
-	}
-	for _, m := range tables {
-		if !bytes.Contains(page, m[1]) {
-			t.Errorf("docs/benchmarks.md does not show this table of results/kafka-kstreams.json:\n%s", m[1])
+	for _, c := range []struct {
+		file     string
+		restores int
+	}{
+		{"results/kafka-kstreams.json", 2},
+		{"results/kafka-joins.json", 0},
+	} {
+		res, err := ReadJSON(c.file)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	restores := regexp.MustCompile(`(?m)^restore of .*$`).FindAll(out.Bytes(), -1)
-	if len(restores) != 2 {
-		t.Fatalf("-report printed %d restore lines, want 2:\n%s", len(restores), out.String())
-	}
-	for _, l := range restores {
-		if !bytes.Contains(page, l) {
-			t.Errorf("docs/benchmarks.md does not show this restore of results/kafka-kstreams.json:\n%s", l)
+		var out bytes.Buffer
+		Report(&out, res)
+		tables := regexp.MustCompile(`(?m)^#### [^\n]*\n\n((?:\|.*\n)+)`).FindAllSubmatch(out.Bytes(), -1)
+		if len(tables) != 2 {
+			t.Fatalf("%s: -report printed %d configuration tables, want 2:\n%s", c.file, len(tables), out.String())
+		}
+		for _, m := range tables {
+			if !bytes.Contains(page, m[1]) {
+				t.Errorf("docs/benchmarks.md does not show this table of %s:\n%s", c.file, m[1])
+			}
+		}
+		restores := regexp.MustCompile(`(?m)^restore of .*$`).FindAll(out.Bytes(), -1)
+		if len(restores) != c.restores {
+			t.Fatalf("%s: -report printed %d restore lines, want %d:\n%s", c.file, len(restores), c.restores, out.String())
+		}
+		for _, l := range restores {
+			if !bytes.Contains(page, l) {
+				t.Errorf("docs/benchmarks.md does not show this restore of %s:\n%s", c.file, l)
+			}
 		}
 	}
 }
