@@ -173,33 +173,18 @@ func compileFast(node ast.Node) fastFn {
 			return val{k: vOther, x: out}, true
 		}
 	case *ast.MapNode:
-		keys := make([]string, len(n.Pairs))
-		vals := make([]fastFn, len(n.Pairs))
-		for i, p := range n.Pairs {
-			pair, ok := p.(*ast.PairNode)
-			if !ok {
-				return nil
-			}
-			k, ok := pair.Key.(*ast.StringNode)
-			if !ok {
-				return nil
-			}
-			if slices.Contains(keys[:i], k.Value) {
-				return nil // a repeated key: the VM keeps the first
-			}
-			keys[i] = k.Value
-			if vals[i] = compileFast(pair.Value); vals[i] == nil {
-				return nil
-			}
+		o := fastObjectOf(n)
+		if o == nil {
+			return nil
 		}
 		return func(env *fastEnv) (val, bool) {
-			out := make(map[string]any, len(keys))
-			for i, f := range vals {
+			out := make(map[string]any, len(o.keys))
+			for i, f := range o.vals {
 				v, ok := f(env)
 				if !ok {
 					return val{}, false
 				}
-				out[keys[i]] = v.box()
+				out[o.keys[i]] = v.box()
 			}
 			return val{k: vOther, x: out}, true
 		}
