@@ -18,26 +18,8 @@ import (
 // fails, a checkpoint, an abort and a restore: every output must be what
 // the records that counted make.
 func TestAggregateKeepsAccumulatorsRight(t *testing.T) {
-	f, _ := ops.NewRegistry().Lookup("aggregate")
-	s := pipeline.NewSpec("agg", "aggregate", "steps[0].aggregate",
-		map[string]any{"fields": map[string]any{"n": "count", "total": map[string]any{"sum": "value.x"}}}, 1, func(string) int { return 0 })
-	def, err := f(s)
-	if err != nil || len(s.Problems()) > 0 {
-		t.Fatalf("building: %v %v", err, s.Problems())
-	}
-	sd := def.(pipeline.StatefulDefinition)
-	mem := state.NewMemory()
-	open := func() (*state.Store, pipeline.Operator) {
-		st, err := state.Open(mem, "t/agg", 0, sd.Fingerprint(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		op, err := sd.NewStatefulOperator(0, st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st, op
-	}
+	open := statefulOpener(t, "agg", "aggregate",
+		map[string]any{"fields": map[string]any{"n": "count", "total": map[string]any{"sum": "value.x"}}})
 	st, op := open()
 	ctx := optest.NewContext(t)
 	feed := func(v string, wantErr bool) string {
@@ -60,6 +42,7 @@ func TestAggregateKeepsAccumulatorsRight(t *testing.T) {
 			t.Fatal(err)
 		}
 		st.Changes()
+		var err error
 		if commit {
 			err = st.Commit(-1)
 		} else {
@@ -159,4 +142,31 @@ func whole(x float64) any {
 		return int(x)
 	}
 	return x
+}
+
+// statefulOpener builds step name of kind from args and returns a function
+// that opens its store (task 0, in one memory backend shared by every
+// call, so a store opened again holds what was committed) and an operator
+// over it.
+func statefulOpener(t *testing.T, name, kind string, args map[string]any) func() (*state.Store, pipeline.Operator) {
+	t.Helper()
+	f, _ := ops.NewRegistry().Lookup(kind)
+	s := pipeline.NewSpec(name, kind, "steps[0]."+kind, args, 1, func(string) int { return 0 })
+	def, err := f(s)
+	if err != nil || len(s.Problems()) > 0 {
+		t.Fatalf("building: %v %v", err, s.Problems())
+	}
+	sd := def.(pipeline.StatefulDefinition)
+	mem := state.NewMemory()
+	return func() (*state.Store, pipeline.Operator) {
+		st, err := state.Open(mem, "t/"+name, 0, sd.Fingerprint(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op, err := sd.NewStatefulOperator(0, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, op
+	}
 }

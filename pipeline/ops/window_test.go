@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/pipeline-run/pipeline/pipeline"
-	"github.com/pipeline-run/pipeline/pipeline/ops"
 	"github.com/pipeline-run/pipeline/pipeline/optest"
 	"github.com/pipeline-run/pipeline/pipeline/state"
 )
@@ -17,26 +16,8 @@ import (
 // and a timer firing with changes not yet written: the result must be what
 // the records that counted make.
 func TestWindowKeepsWindowsRight(t *testing.T) {
-	f, _ := ops.NewRegistry().Lookup("window")
-	s := pipeline.NewSpec("win", "window", "steps[0].window", map[string]any{"tumbling": "1s",
-		"fields": map[string]any{"n": "count", "total": map[string]any{"sum": "value.x"}}}, 1, func(string) int { return 0 })
-	def, err := f(s)
-	if err != nil || len(s.Problems()) > 0 {
-		t.Fatalf("building: %v %v", err, s.Problems())
-	}
-	sd := def.(pipeline.StatefulDefinition)
-	mem := state.NewMemory()
-	open := func() (*state.Store, pipeline.Operator) {
-		st, err := state.Open(mem, "t/win", 0, sd.Fingerprint(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		op, err := sd.NewStatefulOperator(0, st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st, op
-	}
+	open := statefulOpener(t, "win", "window", map[string]any{"tumbling": "1s",
+		"fields": map[string]any{"n": "count", "total": map[string]any{"sum": "value.x"}}})
 	st, op := open()
 	ctx := optest.NewContext(t)
 	feed := func(v string, wantErr bool) {
@@ -54,6 +35,7 @@ func TestWindowKeepsWindowsRight(t *testing.T) {
 			t.Fatal(err)
 		}
 		st.Changes()
+		var err error
 		if commit {
 			err = st.Commit(-1)
 		} else {
