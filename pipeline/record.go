@@ -320,6 +320,18 @@ func (d *Decoding) Reads() ValueReads {
 	return ValueReads{Fields: d.proj.Names()}
 }
 
+// Decodes reports whether records read with d have JSON values whose
+// fields the graph reads: worth decoding ahead (Record.Preload).
+func (d *Decoding) Decodes() bool {
+	return d.Value == JSON && (d.proj == nil || d.proj.Len() > 0)
+}
+
+// Preload decodes the value as far as reading a field would, so that
+// another goroutine can do it ahead of the one that processes the record.
+// An error is not kept: the first read of a field decodes again and
+// returns it, at the step that reads it.
+func (rec *Record) Preload() { _ = rec.Value.load() }
+
 // NewRecord builds a record read from r with the given formats, decoding
 // every field of its value when asked.
 func NewRecord(r *kgo.Record, keyFormat, valueFormat Format) *Record {

@@ -184,7 +184,7 @@ func (rt *runtime) dispatch(ps []kgo.FetchTopicPartition) (n, internal int) {
 		}
 		rt.track.Observe(p.Topic, p.Partition, p.Records[0].Offset, p.Records[len(p.Records)-1].Offset)
 		rt.queued.Add(int64(len(p.Records)))
-		t.in <- work{recs: p.Records, flush: -1}
+		t.queue <- work{recs: p.Records, flush: -1}
 		n += len(p.Records)
 		if src := rt.g.byTopic[p.Topic]; src != nil && src.internal {
 			internal += len(p.Records)
@@ -245,7 +245,7 @@ func (rt *runtime) syncTasks(flush int, tick bool) {
 	acks := make([]chan struct{}, 0, len(rt.tasks))
 	for _, t := range rt.tasks {
 		c := make(chan struct{})
-		t.in <- work{flush: flush, barrier: c, tick: now}
+		t.queue <- work{flush: flush, barrier: c, tick: now}
 		acks = append(acks, c)
 	}
 	for _, c := range acks {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	goruntime "runtime"
 	"slices"
 	"sync"
 	"time"
@@ -41,10 +42,13 @@ func (c *opContext) EmitTo(o string, r *pipeline.Record) { c.task.deliver(c.node
 // task processes the records of one partition number, in offset order, on
 // its own goroutine. It owns one operator instance per step.
 type task struct {
-	id   pipeline.TaskID
-	rt   *runtime
-	in   chan work
-	done chan struct{}
+	id pipeline.TaskID
+	rt *runtime
+	// queue is where the task's work is sent, in is where run takes it
+	// from: the same channel, unless a decoder goroutine sits between the
+	// two (see decodeAhead).
+	queue, in chan work
+	done      chan struct{}
 
 	// ctx is done once the task stops, or when the shutdown grace period
 	// is over: operators that call out pass it on (pipeline.Context).
@@ -71,7 +75,10 @@ type task struct {
 
 // work is one item of a task's queue: records, or a barrier to answer.
 type work struct {
-	recs    []*kgo.Record
+	recs []*kgo.Record
+	// pre, when set, holds recs read and their values decoded ahead, by
+	// index; an entry with no source topic was not (see decodeAhead).
+	pre     []pipeline.Record
 	flush   int // node to flush at this barrier; -1 for none
 	barrier chan struct{}
 	tick    time.Time // at a barrier: do the time work (task.tick) first, unless zero
@@ -85,7 +92,7 @@ func newTask(rt *runtime, id pipeline.TaskID) (*task, backlog, error) {
 	t := &task{
 		id:     id,
 		rt:     rt,
-		in:     make(chan work, 4),
+		queue:  make(chan work, 4),
 		done:   make(chan struct{}),
 		ops:    make([]pipeline.Operator, len(rt.g.nodes)),
 		counts: make([]int64, len(rt.g.nodes)),
@@ -95,6 +102,10 @@ func newTask(rt *runtime, id pipeline.TaskID) (*task, backlog, error) {
 	parent := rt.hard
 	if parent == nil { // a graph run offline, in tests
 		parent = context.Background()
+	}
+	t.in = t.queue
+	if goruntime.GOMAXPROCS(0) > 1 && slices.ContainsFunc(rt.g.nodes, decodesAhead) {
+		t.in = make(chan work, aheadChunks)
 	}
 	t.ctx, t.cancel = context.WithCancel(parent)
 	need, err := rt.openStores(t)
@@ -148,8 +159,65 @@ func newTask(rt *runtime, id pipeline.TaskID) (*task, backlog, error) {
 	return t, need, nil
 }
 
-// start starts the task's goroutine.
-func (t *task) start() { go t.run() }
+// start starts the task's goroutine, and its decoder's if it has one.
+func (t *task) start() {
+	if t.in != t.queue {
+		go t.decodeAhead()
+	}
+	go t.run()
+}
+
+// aheadChunk is how many records the decoder hands the task at a time, and
+// aheadChunks how many chunks it may be ahead: small enough that the task
+// starts on a fetch soon after the decoder does, large enough that handing
+// over costs little per record.
+const aheadChunk, aheadChunks = 256, 8
+
+// decodesAhead reports whether the values of n's records are worth decoding
+// on a goroutine of their own: n is a source from outside whose JSON values
+// some step reads, and which has no direct sink (that copies records as they
+// are, without reading them).
+func decodesAhead(n *node) bool {
+	return n.kind == sourceNode && !n.internal && n.direct == nil && n.dec.Decodes()
+}
+
+// decodeAhead reads the records of the task's queue and decodes their values
+// before handing them on to run, in chunks, so that on a partition whose
+// task is busy the decoding (the largest part of a step that reads fields)
+// runs on another core. Barriers pass through in order. A value that does
+// not decode is handed on as it is: the step that reads it gets the error,
+// as it would without this.
+func (t *task) decodeAhead() {
+	defer close(t.in)
+	for w := range t.queue {
+		if w.barrier != nil || t.rt.failed() {
+			t.in <- w
+			continue
+		}
+		var src *node
+		var srcTopic string
+		for len(w.recs) > 0 {
+			n := min(len(w.recs), aheadChunk)
+			chunk := work{recs: w.recs[:n:n], flush: -1}
+			w.recs = w.recs[n:]
+			for i, kr := range chunk.recs {
+				if src == nil || kr.Topic != srcTopic {
+					src, srcTopic = t.rt.g.byTopic[kr.Topic], kr.Topic
+				}
+				if !decodesAhead(src) {
+					continue
+				}
+				if chunk.pre == nil {
+					chunk.pre = make([]pipeline.Record, n)
+				}
+				r := &chunk.pre[i]
+				r.Read(kr, src.dec)
+				r.Preload()
+			}
+			t.in <- chunk
+		}
+	}
+}
 
 func (t *task) run() {
 	defer close(t.done)
@@ -214,12 +282,16 @@ func (t *task) run() {
 				}
 				r = repartitionRecord(kr, src.decs)
 			} else {
-				if len(slab) == 0 {
-					slab = make([]pipeline.Record, len(w.recs)-i)
+				if w.pre != nil && w.pre[i].Source.Topic != "" {
+					r = &w.pre[i]
+				} else {
+					if len(slab) == 0 {
+						slab = make([]pipeline.Record, len(w.recs)-i)
+					}
+					r = &slab[0]
+					slab = slab[1:]
+					r.Read(kr, src.dec)
 				}
-				r = &slab[0]
-				slab = slab[1:]
-				r.Read(kr, src.dec)
 				if src.et.from != nil && tt != nil {
 					ts, err := tt.eventTimeOf(src.et, r)
 					if err != nil {
@@ -293,7 +365,7 @@ func (t *task) recordFailed(n *node, r *pipeline.Record, err error) {
 
 // stop ends the task's goroutine once its queue is done.
 func (t *task) stop() {
-	close(t.in)
+	close(t.queue)
 	<-t.done
 	t.closeOps()
 }
