@@ -516,7 +516,8 @@ const hexDigits = "0123456789abcdef"
 func appendJSONString(buf []byte, s string) []byte {
 	buf = append(buf, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	// Most strings need no escape: skip their bulk a word at a time.
+	for i := htmlSafePrefix(s); i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
 				i++
@@ -583,6 +584,38 @@ func plainPrefix(b []byte) int {
 		quote := (w ^ '"'*ones) - ones
 		slash := (w ^ '\\'*ones) - ones
 		if (ctl|quote|slash)&^w&highs != 0 {
+			break
+		}
+		n += 8
+	}
+	return n
+}
+
+// htmlSafePrefix returns how many bytes at the start of s appendJSONString
+// copies as they are, eight at a time: it stops at the first word holding a
+// byte that is a quote, a backslash, a control byte, '<', '>', '&' or not
+// ASCII (or, rarely, next to one: the byte loop after it decides).
+func htmlSafePrefix(s string) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	n := 0
+	for len(s)-n >= 8 {
+		w := uint64(s[n]) | uint64(s[n+1])<<8 | uint64(s[n+2])<<16 | uint64(s[n+3])<<24 |
+			uint64(s[n+4])<<32 | uint64(s[n+5])<<40 | uint64(s[n+6])<<48 | uint64(s[n+7])<<56
+		if w&highs != 0 {
+			break
+		}
+		// With no high bit set, a byte's high bit is set in a term where
+		// the byte is below 0x20, or equal to the term's character.
+		t := w - 0x20*ones
+		t |= (w ^ '"'*ones) - ones
+		t |= (w ^ '\\'*ones) - ones
+		t |= (w ^ '<'*ones) - ones
+		t |= (w ^ '>'*ones) - ones
+		t |= (w ^ '&'*ones) - ones
+		if t&highs != 0 {
 			break
 		}
 		n += 8

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -358,4 +359,30 @@ func BenchmarkEncodeJSON(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestAppendJSONStringEveryByteEverywhere puts each byte value at each
+// position of ASCII strings long enough for the word-at-a-time skip: the
+// encoding must match encoding/json's wherever the byte falls.
+func TestAppendJSONStringEveryByteEverywhere(t *testing.T) {
+	base := []byte("abcdefghijklmnopqrstuvwxy")
+	for c := range 256 {
+		for pos := range base {
+			b := slices.Clone(base)
+			b[pos] = byte(c)
+			s := string(b)
+			want, _ := json.Marshal(s)
+			if got := appendJSONString(nil, s); string(got) != string(want) {
+				t.Fatalf("byte %#x at %d: got %s, want %s", c, pos, got, want)
+			}
+		}
+	}
+	// A rune of several bytes across a word's edge.
+	for pos := range base {
+		s := string(base[:pos]) + "é\u2028" + string(base[pos:])
+		want, _ := json.Marshal(s)
+		if got := appendJSONString(nil, s); string(got) != string(want) {
+			t.Fatalf("runes at %d: got %s, want %s", pos, got, want)
+		}
+	}
 }
