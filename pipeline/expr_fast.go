@@ -41,7 +41,11 @@ type val struct {
 	i    int
 	f    float64
 	s    string
-	x    any
+	// x is the object or list of a vOther; of another kind, the value
+	// boxed already (read from a record, or a constant), or nil: box
+	// returns it rather than boxing anew, which allocates. Whatever
+	// changes b, i, f or s makes a new val or clears x.
+	x any
 }
 
 // fastEnv is what a fast expression reads.
@@ -55,6 +59,9 @@ type fastFn func(env *fastEnv) (v val, ok bool)
 
 // box returns v as the VM would have it.
 func (v val) box() any {
+	if v.x != nil {
+		return v.x
+	}
 	switch v.k {
 	case vBool:
 		return v.b
@@ -79,15 +86,15 @@ func unbox(x any) (val, bool) {
 	case nil:
 		return val{}, true
 	case bool:
-		return val{k: vBool, b: t}, true
+		return val{k: vBool, b: t, x: x}, true
 	case int:
-		return val{k: vInt, i: t}, true
+		return val{k: vInt, i: t, x: x}, true
 	case int64:
-		return val{k: vInt, i: int(t), is64: true}, true
+		return val{k: vInt, i: int(t), is64: true, x: x}, true
 	case float64:
-		return val{k: vFloat, f: t}, true
+		return val{k: vFloat, f: t, x: x}, true
 	case string:
-		return val{k: vString, s: t}, true
+		return val{k: vString, s: t, x: x}, true
 	case map[string]any, []any:
 		return val{k: vOther, x: x}, true
 	}
@@ -105,6 +112,7 @@ func compileFast(node ast.Node) fastFn {
 		return func(*fastEnv) (val, bool) { return v, true }
 	case *ast.StringNode:
 		v := val{k: vString, s: n.Value}
+		v.x = v.box()
 		return func(*fastEnv) (val, bool) { return v, true }
 	case *ast.IntegerNode:
 		var v val
@@ -118,12 +126,14 @@ func compileFast(node ast.Node) fastFn {
 		default:
 			return nil
 		}
+		v.x = v.box()
 		return func(*fastEnv) (val, bool) { return v, true }
 	case *ast.FloatNode:
 		if t := n.Type(); t != nil && t.Kind() == reflect.Float32 {
 			return nil
 		}
 		v := val{k: vFloat, f: n.Value}
+		v.x = v.box()
 		return func(*fastEnv) (val, bool) { return v, true }
 	case *ast.ConstantNode:
 		v, ok := unbox(n.Value)
@@ -322,10 +332,10 @@ func fastUnary(n *ast.UnaryNode) fastFn {
 			case !ok:
 				return val{}, false
 			case v.k == vInt:
-				v.i = -v.i
+				v.i, v.x = -v.i, nil
 				return v, true
 			case v.k == vFloat:
-				v.f = -v.f
+				v.f, v.x = -v.f, nil
 				return v, true
 			}
 			return val{}, false

@@ -337,3 +337,35 @@ func TestObjectLiteralsAreKeptAsFields(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectLiteralKeepsReadValuesBoxed: an object literal of fields read
+// from the record, constants and a negated field allocates its list of
+// fields and the one value computed, not a box per value it copies.
+func TestObjectLiteralKeepsReadValuesBoxed(t *testing.T) {
+	e, err := CompileExpr(`{seq: value.seq, pad: value.pad, f: value.f, c: 1000, s: "const", neg: -value.seq}`, AnyResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := new(Record)
+	r.Read(&kgo.Record{Value: []byte(`{"seq":123456,"pad":"padding padding","f":2.5}`)}, NewDecoding(String, JSON, ValueReads{Whole: true}))
+	if _, err := r.Value.Get(); err != nil {
+		t.Fatal(err)
+	}
+	var ev Evaluator
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := ev.EvalValue(e, r); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 2 {
+		t.Errorf("%.0f allocations per object, want 2: the fields and -value.seq", allocs)
+	}
+	v, err := ev.EvalValue(e, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := v.Encode(JSON)
+	if want := `{"c":1000,"f":2.5,"neg":-123456,"pad":"padding padding","s":"const","seq":123456}`; err != nil || string(got) != want {
+		t.Errorf("got %s (%v), want %s", got, err, want)
+	}
+}
