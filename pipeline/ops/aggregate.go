@@ -222,7 +222,7 @@ func (a *aggregate) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pip
 	op := &aggregateOp{def: a, st: st, acc: v, dirty: map[string]*lastRecord{}}
 	if a.ttl == 0 {
 		// A cached accumulator would not expire: no cache with a TTL.
-		op.cache = map[string]map[string]any{}
+		op.cache = map[string]*aggEntry{}
 	}
 	return op, nil
 }
@@ -231,19 +231,22 @@ type aggregateOp struct {
 	def *aggregate
 	st  *state.Store
 	acc *state.Value[map[string]any]
-	// dirty holds, with emit: checkpoint, the last record of every key
-	// changed since the last checkpoint. Through a pointer, so that a key
-	// changed again is updated without making its string again.
-	dirty map[string]*lastRecord
+	// dirty holds, with emit: checkpoint and a TTL, the last record of
+	// every key changed since the last checkpoint. Through a pointer, so
+	// that a key changed again is updated without making its string again.
+	// Without a TTL, changed does (aggEntry.last).
+	dirty   map[string]*lastRecord
+	changed []*aggEntry
 	// cache holds the accumulators of the keys changed since the last
 	// checkpoint, decoded: they are written to the store once per
 	// checkpoint (Flush), not encoded and decoded again for every record,
 	// as Kafka Streams' record cache does. At most maxCached keys; gen is
 	// the store's generation they are of. nil when the state has a TTL.
-	cache map[string]map[string]any
+	cache map[string]*aggEntry
 	gen   uint64
-	// saved is scratch space to undo a record's partial fold.
-	saved []savedField
+	// saved is scratch space to undo a record's partial fold, and vals to
+	// encode a stored accumulator.
+	saved, vals []any
 	// chunk holds output values, many to an allocation (encodeResult).
 	chunk codec.Chunk
 }
@@ -254,10 +257,32 @@ const maxCached = 100_000
 
 type lastRecord struct{ r *pipeline.Record }
 
+// savedField is a field's accumulator in a map (has: there is one), kept
+// to undo a record's partial fold.
 type savedField struct {
 	v   any
 	has bool
 }
+
+// aggEntry is a key's cached accumulator: a value per field, by index, so
+// that folding a record looks up its key once and no field by name (a map
+// per key cost a keyed count several lookups per record, as much as the
+// rest of its fold).
+type aggEntry struct {
+	key string
+	// vals holds the fields' accumulators, absent for a field with none
+	// yet; nil once rolled back, when the store's is the current one.
+	vals []any
+	// last is, with emit: checkpoint, the key's last record since the
+	// last checkpoint; nil if none.
+	last *pipeline.Record
+}
+
+// absent stands in aggEntry.vals for a field with no accumulator: an
+// accumulator can be nil ({last: value.x} of a null x).
+var absent any = absentField{}
+
+type absentField struct{}
 
 func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	key, err := r.KeyBytes()
@@ -267,24 +292,35 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	if key == nil {
 		return fmt.Errorf("aggregate needs a record key; this record has none")
 	}
-	var acc map[string]any
+	var out []byte
 	if o.cache != nil {
-		acc, err = o.foldCached(ctx, key, r)
-	} else {
-		acc, err = o.foldStored(ctx, key, r)
-	}
-	if err != nil {
-		return err
-	}
-	if o.def.emit == "checkpoint" {
-		if last := o.dirty[string(key)]; last != nil {
-			last.r = r
-		} else {
-			o.dirty[string(key)] = &lastRecord{r}
+		e, err := o.foldCached(ctx, key, r)
+		if err != nil {
+			return err
 		}
-		return nil
+		if o.def.emit == "checkpoint" {
+			if e.last == nil {
+				o.changed = append(o.changed, e)
+			}
+			e.last = r
+			return nil
+		}
+		out, err = o.encodeVals(e.vals)
+	} else {
+		acc, err := o.foldStored(ctx, key, r)
+		if err != nil {
+			return err
+		}
+		if o.def.emit == "checkpoint" {
+			if last := o.dirty[string(key)]; last != nil {
+				last.r = r
+			} else {
+				o.dirty[string(key)] = &lastRecord{r}
+			}
+			return nil
+		}
+		out, err = o.encodeResult(acc)
 	}
-	out, err := o.encodeResult(acc)
 	if err != nil {
 		return err
 	}
@@ -310,57 +346,73 @@ func (o *aggregateOp) foldStored(ctx pipeline.Context, key []byte, r *pipeline.R
 	return acc, o.acc.Put(key, acc)
 }
 
-// foldCached adds r to key's accumulator in the cache, and returns it. A
-// field that fails leaves the accumulator as it was before r.
-func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.Record) (map[string]any, error) {
+// foldCached adds r to key's accumulator in the cache, and returns its
+// entry. A field that fails leaves the accumulator as it was before r.
+func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.Record) (*aggEntry, error) {
 	if g := o.st.Generation(); g != o.gen {
-		// Aborted or restored: what the cache holds was rolled back.
-		clear(o.cache)
-		o.gen = g
+		o.rollBack(g)
 	}
-	acc, cached := o.cache[string(key)]
+	e := o.cache[string(key)]
+	cached := e != nil
 	if !cached {
 		if len(o.cache) >= maxCached {
 			if err := o.writeBack(); err != nil {
 				return nil, err
 			}
 		}
-		var err error
-		if acc, _, err = o.acc.Get(key); err != nil {
+		acc, _, err := o.acc.Get(key)
+		if err != nil {
 			return nil, err
 		}
-		if acc == nil {
-			acc = map[string]any{}
-		}
+		e = &aggEntry{key: string(key), vals: o.valsOf(acc, make([]any, 0, len(o.def.fields)))}
 	}
-	saved := o.saved[:0]
-	for _, f := range o.def.fields {
-		v, has := acc[f.name]
-		saved = append(saved, savedField{v, has})
-	}
-	o.saved = saved
+	o.saved = append(o.saved[:0], e.vals...)
 	for i, f := range o.def.fields {
-		if err := f.fold(ctx.Eval(), acc, r); err != nil {
-			for j, g := range o.def.fields[:i+1] {
-				if saved[j].has {
-					acc[g.name] = saved[j].v
-				} else {
-					delete(acc, g.name)
-				}
-			}
+		x, err := f.foldValue(ctx.Eval(), e.vals[i], r)
+		if err != nil {
+			copy(e.vals, o.saved)
 			return nil, fmt.Errorf("field %s: %w", f.name, err)
 		}
+		e.vals[i] = x
 	}
 	if !cached {
-		o.cache[string(key)] = acc
+		o.cache[e.key] = e
 	}
-	return acc, nil
+	return e, nil
+}
+
+// rollBack forgets the cache: the store was aborted or restored (it is of
+// generation g now), and what the cache holds with it.
+func (o *aggregateOp) rollBack(g uint64) {
+	for _, e := range o.cache {
+		e.vals = nil
+	}
+	clear(o.cache)
+	o.gen = g
+}
+
+// valsOf appends the fields' accumulators in acc to vals, by field index.
+func (o *aggregateOp) valsOf(acc map[string]any, vals []any) []any {
+	for _, f := range o.def.fields {
+		v, ok := acc[f.name]
+		if !ok {
+			v = absent
+		}
+		vals = append(vals, v)
+	}
+	return vals
 }
 
 // writeBack writes the cached accumulators to the store and empties the
 // cache.
 func (o *aggregateOp) writeBack() error {
-	for k, acc := range o.cache {
+	for k, e := range o.cache {
+		acc := make(map[string]any, len(e.vals))
+		for i, f := range o.def.fields {
+			if e.vals[i] != absent {
+				acc[f.name] = e.vals[i]
+			}
+		}
 		if err := o.acc.Put([]byte(k), acc); err != nil {
 			return err
 		}
@@ -374,9 +426,42 @@ func (o *aggregateOp) writeBack() error {
 // checkpoint, the current values of the keys that changed since the last
 // checkpoint, in key order.
 func (o *aggregateOp) Flush(ctx pipeline.Context) error {
-	if o.cache != nil && o.st.Generation() != o.gen {
-		clear(o.cache) // rolled back since
-		o.gen = o.st.Generation()
+	if g := o.st.Generation(); o.cache != nil && g != o.gen {
+		o.rollBack(g)
+	}
+	if len(o.changed) > 0 {
+		// A key rolled back and changed again has two entries: the
+		// later one is current.
+		slices.SortStableFunc(o.changed, func(a, b *aggEntry) int { return cmp.Compare(a.key, b.key) })
+		for i, e := range o.changed {
+			r := e.last
+			e.last = nil
+			if i+1 < len(o.changed) && o.changed[i+1].key == e.key {
+				continue
+			}
+			var out []byte
+			var err error
+			if e.vals != nil {
+				out, err = o.encodeVals(e.vals)
+			} else {
+				// Rolled back: the store's is the current one.
+				acc, ok, gerr := o.acc.Get([]byte(e.key))
+				if gerr != nil {
+					return gerr
+				}
+				if !ok {
+					continue
+				}
+				out, err = o.encodeResult(acc)
+			}
+			if err != nil {
+				return err
+			}
+			r.Value = pipeline.RawValue(out, pipeline.JSON)
+			ctx.Emit(r)
+		}
+		clear(o.changed)
+		o.changed = o.changed[:0]
 	}
 	if len(o.dirty) > 0 {
 		keys := make([]string, 0, len(o.dirty))
@@ -385,17 +470,12 @@ func (o *aggregateOp) Flush(ctx pipeline.Context) error {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			// A cached accumulator is the current one; the store has
-			// those written back, or all of them under a TTL.
-			acc, ok := o.cache[k]
+			acc, ok, err := o.acc.Get([]byte(k))
+			if err != nil {
+				return err
+			}
 			if !ok {
-				var err error
-				if acc, ok, err = o.acc.Get([]byte(k)); err != nil {
-					return err
-				}
-				if !ok {
-					continue // expired since
-				}
+				continue // expired since
 			}
 			out, err := o.encodeResult(acc)
 			if err != nil {
@@ -419,6 +499,12 @@ func (o *aggregateOp) Flush(ctx pipeline.Context) error {
 // was a tenth of a keyed count's work. A step after this one that reads
 // the value decodes it, as it would a record read from a topic.
 func (o *aggregateOp) encodeResult(acc map[string]any) ([]byte, error) {
+	o.vals = o.valsOf(acc, o.vals[:0])
+	return o.encodeVals(o.vals)
+}
+
+// encodeVals is encodeResult of the accumulators by field index.
+func (o *aggregateOp) encodeVals(vals []any) ([]byte, error) {
 	b := o.chunk.Tail()
 	b = append(b, '{')
 	var err error
@@ -427,17 +513,19 @@ func (o *aggregateOp) encodeResult(acc map[string]any) ([]byte, error) {
 			b = append(b, ',')
 		}
 		b = append(b, f.jsonName...)
-		if b, err = codec.AppendJSON(b, f.result(acc)); err != nil {
+		if b, err = codec.AppendJSON(b, f.result(vals[i])); err != nil {
 			return nil, fmt.Errorf("field %s: %w", f.name, err)
 		}
 	}
 	return o.chunk.Keep(append(b, '}')), nil
 }
 
-// result is the field's output value from acc: avg's mean, the others'
-// accumulator.
-func (f *aggField) result(acc map[string]any) any {
-	v := acc[f.name]
+// result is the field's output value from its accumulator v (absent:
+// null): avg's mean, the others' accumulator.
+func (f *aggField) result(v any) any {
+	if v == absent {
+		return nil
+	}
 	if f.kind == aggAvg {
 		pair, _ := v.([]any)
 		if len(pair) == 2 {
@@ -453,53 +541,62 @@ func (f *aggField) result(acc map[string]any) any {
 
 // fold adds r to the field's accumulator in acc.
 func (f *aggField) fold(ev *pipeline.Evaluator, acc map[string]any, r *pipeline.Record) error {
+	cur, ok := acc[f.name]
+	if !ok {
+		cur = absent
+	}
+	x, err := f.foldValue(ev, cur, r)
+	if err != nil {
+		return err
+	}
+	acc[f.name] = x
+	return nil
+}
+
+// foldValue returns the field's accumulator cur (absent if none) with r
+// added.
+func (f *aggField) foldValue(ev *pipeline.Evaluator, cur any, r *pipeline.Record) (any, error) {
+	has := cur != absent
 	var x any
 	if f.expr != nil {
 		var err error
 		if f.kind == aggReduce {
-			cur, ok := acc[f.name]
-			if !ok {
+			if !has {
 				if cur, err = ev.Eval(f.init, r); err != nil {
-					return err
+					return nil, err
 				}
 			}
-			if x, err = ev.EvalState(f.expr, r, cur); err != nil {
-				return err
-			}
-			acc[f.name] = x
-			return nil
+			return ev.EvalState(f.expr, r, cur)
 		}
 		if x, err = ev.Eval(f.expr, r); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	cur, has := acc[f.name]
 	switch f.kind {
 	case aggCount:
 		n, _ := cur.(int)
-		acc[f.name] = n + 1
+		return n + 1, nil
 	case aggSum:
-		s, err := addNumbers(cur, x, has)
-		if err != nil {
-			return err
+		if !has {
+			cur = nil
 		}
-		acc[f.name] = s
+		return addNumbers(cur, x, has)
 	case aggMin, aggMax:
 		if _, ok := toFloat(x); !ok {
-			return fmt.Errorf("%s of %T: want a number", f.kind, x)
+			return nil, fmt.Errorf("%s of %T: want a number", f.kind, x)
 		}
 		if !has {
-			acc[f.name] = x
-			return nil
+			return x, nil
 		}
 		a, _ := toFloat(cur)
 		b, _ := toFloat(x)
 		if (f.kind == aggMin && b < a) || (f.kind == aggMax && b > a) {
-			acc[f.name] = x
+			return x, nil
 		}
+		return cur, nil
 	case aggAvg:
 		if _, ok := toFloat(x); !ok {
-			return fmt.Errorf("avg of %T: want a number", x)
+			return nil, fmt.Errorf("avg of %T: want a number", x)
 		}
 		pair, _ := cur.([]any)
 		if len(pair) != 2 {
@@ -507,25 +604,26 @@ func (f *aggField) fold(ev *pipeline.Evaluator, acc map[string]any, r *pipeline.
 		}
 		s, err := addNumbers(pair[0], x, true)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		n, _ := pair[1].(int)
-		acc[f.name] = []any{s, n + 1}
+		return []any{s, n + 1}, nil
 	case aggFirst:
 		if !has {
-			acc[f.name] = x
+			return x, nil
 		}
+		return cur, nil
 	case aggLast:
-		acc[f.name] = x
+		return x, nil
 	case aggCollect:
 		list, _ := cur.([]any)
 		list = append(list, x)
 		if len(list) > f.max {
 			list = list[len(list)-f.max:]
 		}
-		acc[f.name] = list
+		return list, nil
 	}
-	return nil
+	return cur, nil
 }
 
 // addNumbers adds b to a (a absent when !has), keeping whole numbers whole.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pipeline-run/pipeline/pipeline"
@@ -168,5 +169,59 @@ func statefulOpener(t *testing.T, name, kind string, args map[string]any) func()
 			t.Fatal(err)
 		}
 		return st, op
+	}
+}
+
+// TestAggregateEmitCheckpointAfterARollback: with emit: checkpoint, a key
+// changed before the store rolled back and again after it is written once,
+// with the value the records since make, on its last record; a key changed
+// only before it is not written at all (its change is gone).
+func TestAggregateEmitCheckpointAfterARollback(t *testing.T) {
+	open := statefulOpener(t, "agg", "aggregate", map[string]any{"emit": "checkpoint",
+		"fields": map[string]any{"n": "count", "total": map[string]any{"sum": "value.x"}, "at": map[string]any{"last": "value.at"}}})
+	st, op := open()
+	ctx := optest.NewContext(t)
+	feed := func(key, v string) {
+		t.Helper()
+		r := jsonRecord(v)
+		r.Key = pipeline.RawValue([]byte(key), pipeline.String)
+		if err := op.Process(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush := func() string {
+		t.Helper()
+		n := len(ctx.Emitted(""))
+		if err := op.(pipeline.Flusher).Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st.Changes()
+		if err := st.Commit(-1); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range ctx.Emitted("")[n:] {
+			k, _ := r.Key.Encode(pipeline.String)
+			out = append(out, string(k)+"="+values(t, []*pipeline.Record{r}))
+		}
+		return strings.Join(out, " ")
+	}
+	feed("k", `{"x":1,"at":1}`)
+	feed("a", `{"x":2,"at":2}`)
+	if got, want := flush(), `a={"at":2,"n":1,"total":2} k={"at":1,"n":1,"total":1}`; got != want {
+		t.Fatalf("first checkpoint: %s, want %s", got, want)
+	}
+	feed("k", `{"x":5,"at":3}`)
+	feed("j", `{"x":7,"at":4}`)
+	if err := st.Abort(); err != nil { // rolled back without a checkpoint
+		t.Fatal(err)
+	}
+	feed("k", `{"x":10,"at":5}`)
+	feed("k", `{"x":20,"at":6}`)
+	if got, want := flush(), `k={"at":6,"n":3,"total":31}`; got != want {
+		t.Fatalf("after a rollback: %s, want %s", got, want)
+	}
+	if got := flush(); got != "" {
+		t.Fatalf("a checkpoint with no change wrote %s", got)
 	}
 }
