@@ -355,7 +355,8 @@ func brief(r ThroughputRun) string {
 	if r.PeakRSS > 0 {
 		rss = fmt.Sprintf(", peak RSS %.0f MB", float64(r.PeakRSS)/1e6)
 	}
-	if r.Outputs != r.Records {
+	if r.Outputs != r.Records && r.Outputs > 0 {
+		// 0: not known in advance (a count emitted once per checkpoint).
 		outs = fmt.Sprintf(" (%s outputs)", thousands(float64(r.Outputs)))
 	}
 	commits := fmt.Sprintf("%d commits", r.Commits)

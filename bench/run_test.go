@@ -154,3 +154,15 @@ func TestGateWaitsForTheLastCommitsMarkers(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBriefSaysOutputsOnlyWhenKnown: a run line gives the outputs of an
+// arm that writes other than one per input, and nothing for one whose
+// outputs are not known in advance (Outputs 0), rather than "0 outputs".
+func TestBriefSaysOutputsOnlyWhenKnown(t *testing.T) {
+	if got := brief(ThroughputRun{Records: 10, Outputs: 9, ProcessingS: 1}); !strings.Contains(got, "(9 outputs)") {
+		t.Errorf("9 outputs of 10 records: %s", got)
+	}
+	if got := brief(ThroughputRun{Records: 10, ProcessingS: 1}); strings.Contains(got, "outputs") {
+		t.Errorf("outputs not known: %s", got)
+	}
+}
