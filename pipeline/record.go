@@ -327,10 +327,36 @@ func (d *Decoding) Decodes() bool {
 }
 
 // Preload decodes the value as far as reading a field would, so that
-// another goroutine can do it ahead of the one that processes the record.
+// another goroutine can do it ahead of the one that processes the record,
+// keeping the fields read in b (nil: an allocation of the record's own).
 // An error is not kept: the first read of a field decodes again and
 // returns it, at the step that reads it.
-func (rec *Record) Preload() { _ = rec.Value.load() }
+func (rec *Record) Preload(b *DecodeBuffer) {
+	v := &rec.Value
+	if b == nil || v.decoded || v.split || v.format != JSON || v.raw == nil || v.proj == nil {
+		_ = v.load()
+		return
+	}
+	n := v.proj.Len()
+	if len(b.free) < n {
+		b.free = make([]codec.Field, decodeBlock*n)
+	}
+	fields, isObject, err := codec.DecodeJSONFieldList(v.raw, v.proj, b.free[:0:n])
+	if err != nil || !isObject {
+		_ = v.load() // not an object: decoded whole; or the error
+		return
+	}
+	b.free = b.free[n:]
+	v.fields, v.split = fields, true
+}
+
+// DecodeBuffer holds the fields of the values Preload decodes, those of
+// many records to an allocation rather than one each. A record keeps its
+// block of a few KB alive while it lives.
+type DecodeBuffer struct{ free []codec.Field }
+
+// decodeBlock is how many records' fields a DecodeBuffer allocates at once.
+const decodeBlock = 256
 
 // NewRecord builds a record read from r with the given formats, decoding
 // every field of its value when asked.

@@ -189,6 +189,7 @@ func decodesAhead(n *node) bool {
 // as it would without this.
 func (t *task) decodeAhead() {
 	defer close(t.in)
+	var buf pipeline.DecodeBuffer
 	for w := range t.queue {
 		if w.barrier != nil || t.rt.failed() {
 			t.in <- w
@@ -212,7 +213,7 @@ func (t *task) decodeAhead() {
 				}
 				r := &chunk.pre[i]
 				r.Read(kr, src.dec)
-				r.Preload()
+				r.Preload(&buf)
 			}
 			t.in <- chunk
 		}
