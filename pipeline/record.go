@@ -135,12 +135,15 @@ func (v *Value) Field(name string) (x any, isObject bool, err error) {
 }
 
 // load decodes the value as Field needs it, with the error Get gives.
-func (v *Value) load() error {
+func (v *Value) load() error { return v.loadIn(nil) }
+
+// loadIn is load keeping the fields in b (nil: an allocation of their own).
+func (v *Value) loadIn(b *DecodeBuffer) error {
 	if v.decoded || v.split {
 		return nil
 	}
 	if v.format == JSON && v.raw != nil && v.proj != nil {
-		fields, isObject, err := codec.DecodeJSONFieldList(v.raw, v.proj, make([]codec.Field, 0, v.proj.Len()))
+		fields, isObject, err := codec.DecodeJSONFieldList(v.raw, v.proj, b.take(v.proj.Len()))
 		if err != nil {
 			return &DecodeError{Err: err}
 		}
@@ -331,29 +334,26 @@ func (d *Decoding) Decodes() bool {
 // keeping the fields read in b (nil: an allocation of the record's own).
 // An error is not kept: the first read of a field decodes again and
 // returns it, at the step that reads it.
-func (rec *Record) Preload(b *DecodeBuffer) {
-	v := &rec.Value
-	if b == nil || v.decoded || v.split || v.format != JSON || v.raw == nil || v.proj == nil {
-		_ = v.load()
-		return
-	}
-	n := v.proj.Len()
-	if len(b.free) < n {
-		b.free = make([]codec.Field, decodeBlock*n)
-	}
-	fields, isObject, err := codec.DecodeJSONFieldList(v.raw, v.proj, b.free[:0:n])
-	if err != nil || !isObject {
-		_ = v.load() // not an object: decoded whole; or the error
-		return
-	}
-	b.free = b.free[n:]
-	v.fields, v.split = fields, true
-}
+func (rec *Record) Preload(b *DecodeBuffer) { _ = rec.Value.loadIn(b) }
 
 // DecodeBuffer holds the fields of the values Preload decodes, those of
 // many records to an allocation rather than one each. A record keeps its
 // block of a few KB alive while it lives.
 type DecodeBuffer struct{ free []codec.Field }
+
+// take returns room for n fields: a part of b with a capacity of its own,
+// so that none grows into a neighbour's; its own allocation if b is nil.
+func (b *DecodeBuffer) take(n int) []codec.Field {
+	if b == nil {
+		return make([]codec.Field, 0, n)
+	}
+	if len(b.free) < n {
+		b.free = make([]codec.Field, decodeBlock*n)
+	}
+	part := b.free[:0:n]
+	b.free = b.free[n:]
+	return part
+}
 
 // decodeBlock is how many records' fields a DecodeBuffer allocates at once.
 const decodeBlock = 256
