@@ -9,21 +9,23 @@ import (
 )
 
 // TestBenchmarksPageIsWhatTheCommittedResultsSay recomputes the throughput
-// tables of docs/benchmarks.md from the result files committed under
-// bench/results/, as `bench -report` does, and checks the page shows them
+// tables of docs/benchmarks.md (and of bench/results/README.md, the older
+// sweep's) from the result files committed under bench/results/, as
+// `bench -report` does, and checks the page shows them
 // unchanged: the figures a user reads are the ones anyone can reproduce
 // from the repository.
 func TestBenchmarksPageIsWhatTheCommittedResultsSay(t *testing.T) {
-	page, err := os.ReadFile("../docs/benchmarks.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	tableRE := regexp.MustCompile(`records/s relative to the (?:copy|limit) arm of the same round \(median over rounds\), ([^:]+):\n\n((?:\|.*\n)+)`)
-	for _, c := range []struct{ file, heading string }{
-		{"results/kafka.json", "**Kafka 4.4.0**"},
-		{"results/embedded.json", "**Embedded broker**"},
-		{"results/kafka-kstreams.json", "**Kafka 4.4.0 against the limit and Kafka Streams**"},
+	// The older, wider sweep is kept with its result files.
+	for _, c := range []struct{ pageFile, file, heading string }{
+		{"results/README.md", "results/kafka.json", "**Kafka 4.4.0**"},
+		{"results/README.md", "results/embedded.json", "**Embedded broker**"},
+		{"../docs/benchmarks.md", "results/kafka-kstreams.json", "**Kafka 4.4.0 against the limit and Kafka Streams**"},
 	} {
+		page, err := os.ReadFile(c.pageFile)
+		if err != nil {
+			t.Fatal(err)
+		}
 		res, err := ReadJSON(c.file)
 		if err != nil {
 			t.Fatal(err)
@@ -36,13 +38,13 @@ func TestBenchmarksPageIsWhatTheCommittedResultsSay(t *testing.T) {
 		}
 		i := bytes.Index(page, []byte(c.heading+"\n\n"))
 		if i < 0 {
-			t.Fatalf("docs/benchmarks.md has no %s table", c.heading)
+			t.Fatalf("%s has no %s table", c.pageFile, c.heading)
 		}
 		shown := page[i+len(c.heading)+2:]
 		if !bytes.HasPrefix(shown, m[2]) {
 			end := bytes.Index(shown, []byte("\n\n"))
-			t.Errorf("docs/benchmarks.md, %s: the table is not what -report computes from %s.\npage:\n%s\n-report:\n%s",
-				c.heading, c.file, shown[:max(end, 0)], strings.TrimSpace(string(m[2])))
+			t.Errorf("%s, %s: the table is not what -report computes from %s.\npage:\n%s\n-report:\n%s",
+				c.pageFile, c.heading, c.file, shown[:max(end, 0)], strings.TrimSpace(string(m[2])))
 		}
 	}
 }
