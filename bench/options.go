@@ -36,6 +36,7 @@ type Options struct {
 	Plot            string          // PNG of throughput against checkpoint interval; "" for none
 	Report          []string        // summarise these JSON result files (tables, Plot, JSON, CSV) instead of running
 	CPUProfile      string          // write a CPU profile of one extra run of ProfileArm
+	RestoreProfile  string          // write a CPU profile of the last restore run of each size and partition count
 	Trace           string          // write an execution trace of that run
 	ProfileArms     []string        // the arms to profile, one run each
 	ProfileInterval time.Duration   // its checkpoint interval
@@ -80,6 +81,7 @@ func ParseFlags(args []string, w io.Writer) (Options, error) {
 	fs.StringVar(&o.Plot, "plot", "", "draw throughput against checkpoint interval to `file` (PNG)")
 	reportFiles := fs.String("report", "", "instead of running, print the tables of these JSON result files (comma-separated), recomputed from their runs, and write -plot, -csv and -json (one file) from them")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "after the sweep, profile one more throughput run of -profile-arm and write the CPU profile to `file`")
+	fs.StringVar(&o.RestoreProfile, "restore-cpuprofile", "", "write a CPU profile of the last restore round of each record size and partition count (from the restoring instance's start to its last record restored) to `file`, with -SIZE-Pp before its extension")
 	fs.StringVar(&o.Trace, "trace", "", "after the sweep, write an execution trace (go tool trace) of one more throughput run of -profile-arm to `file`; with -cpuprofile, of the same run")
 	profArms := fs.String("profile-arm", "pass", "the arms -cpuprofile and -trace profile, comma-separated; with several, each profile's file name gets -ARM before its extension")
 	fs.DurationVar(&o.ProfileInterval, "profile-interval", time.Second, "checkpoint interval of the profiled run")

@@ -1,14 +1,19 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -73,7 +78,12 @@ func (h *harness) restore(ctx context.Context, keys int64, size, parts, round in
 		err = h.wake(ctx, in, parts)
 	}
 	if err == nil {
-		err = h.timeRestore(ctx, &r, name, in, out, keys+int64(parts))
+		prof := ""
+		if h.o.RestoreProfile != "" && round == h.o.Rounds {
+			ext := filepath.Ext(h.o.RestoreProfile)
+			prof = fmt.Sprintf("%s-%d-%dp%s", strings.TrimSuffix(h.o.RestoreProfile, ext), size, parts, ext)
+		}
+		err = h.timeRestore(ctx, &r, name, in, out, keys+int64(parts), prof)
 	}
 	if err != nil {
 		r.Err = err.Error()
@@ -125,8 +135,10 @@ func (h *harness) wake(ctx context.Context, topic string, parts int) error {
 // timeRestore starts the restoring instance and times it by polling its
 // counters: from the first moment a task is restoring (or a record was
 // restored) to the first moment none is and every key's record was read;
-// then it waits for a checkpoint to count the stores' keys: want.
-func (h *harness) timeRestore(ctx context.Context, r *RestoreRun, name, in, out string, want int64) error {
+// then it waits for a checkpoint to count the stores' keys: want. With a
+// profile path, the CPU profile of the process from the instance's start
+// to the restore's end is written there.
+func (h *harness) timeRestore(ctx context.Context, r *RestoreRun, name, in, out string, want int64, profile string) error {
 	cfg, err := pipelineConfig(h.env(&Arm{}, name, in, out, 100*time.Millisecond, 0), restoreSteps)
 	if err != nil {
 		return err
@@ -137,6 +149,19 @@ func (h *harness) timeRestore(ctx context.Context, r *RestoreRun, name, in, out 
 	}
 	runtime.GC()
 	debug.FreeOSMemory()
+	var prof bytes.Buffer
+	profiling := false
+	if profile != "" {
+		if err := pprof.StartCPUProfile(&prof); err != nil {
+			return err
+		}
+		profiling = true
+		defer func() {
+			if profiling {
+				pprof.StopCPUProfile()
+			}
+		}()
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -180,6 +205,15 @@ func (h *harness) timeRestore(ctx context.Context, r *RestoreRun, name, in, out 
 		if !t0.IsZero() && r.Seconds == 0 && s.Restoring == 0 && s.Restored >= r.Keys {
 			r.Seconds, r.CPUS, r.PeakRSS = now.Sub(t0).Seconds(), (cpuTime() - cpu0).Seconds(), rss.Stop()
 			r.Restored = s.Restored
+			if profiling {
+				pprof.StopCPUProfile()
+				profiling = false
+				if err := os.WriteFile(profile, prof.Bytes(), 0o644); err != nil {
+					_ = stop()
+					return err
+				}
+				fmt.Fprintf(h.msg, "restore profile: %s\n", profile)
+			}
 		}
 		if r.Seconds > 0 && s.StateKeys == want {
 			return stop()
