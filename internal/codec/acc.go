@@ -224,6 +224,9 @@ func (d *accDecoder) value(depth int) (any, error) {
 			return nil, errAccTruncated
 		}
 		d.i += w
+		if d.skip {
+			return nil, nil // boxing the number would allocate for nothing
+		}
 		return int(n), nil
 	case accFloat:
 		if len(d.b)-d.i < 8 {
@@ -233,6 +236,9 @@ func (d *accDecoder) value(depth int) (any, error) {
 		d.i += 8
 		if math.IsInf(f, 0) || math.IsNaN(f) {
 			return nil, fmt.Errorf("unsupported number %v before byte %d", f, d.i)
+		}
+		if d.skip {
+			return nil, nil
 		}
 		if n, ok := wholeFloat(f); ok {
 			return int(n), nil

@@ -159,3 +159,19 @@ func FuzzAccCodecDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestAccCheckAllocatesNothing: a restore checks every accumulator it reads
+// with Check, which walks the value without building it; boxing its
+// numbers allocated once per number.
+func TestAccCheckAllocatesNothing(t *testing.T) {
+	b, err := Acc{}.Append(nil, map[string]any{"count": 123456789, "sum": 2.5, "last": "x", "big": int64(1) << 40, "l": []any{1000, 2.25, "y"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (Acc{}).Check(b); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Acc{}.Check(b) }); n != 0 {
+		t.Errorf("Check allocates %.0f times per accumulator, want 0", n)
+	}
+}
