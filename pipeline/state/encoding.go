@@ -116,11 +116,23 @@ func lenPrefixed(b []byte) (v, rest []byte, err error) {
 // mapGroupLen returns the length of the group prefix of a map entry's key,
 // 0 for any other key.
 func mapGroupLen(k []byte) int {
-	rk, err := parseKey(k)
-	if err != nil {
+	// As parseKey reads it, without building the key: this runs for
+	// every key a store writes or restores.
+	if len(k) < 2 || k[0] != recData {
 		return 0
 	}
-	return rk.group
+	i := 1
+	for range 2 { // the state's name, then the key
+		n, w := binary.Uvarint(k[i:])
+		if w <= 0 || n > uint64(len(k)-i-w) {
+			return 0
+		}
+		i += w + int(n)
+	}
+	if i >= len(k) || k[i] != subMap {
+		return 0
+	}
+	return i + 1
 }
 
 func appendHeader(dst []byte, exp int64) []byte {
