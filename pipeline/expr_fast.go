@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -28,24 +29,46 @@ type vkind uint8
 const (
 	vNil vkind = iota
 	vBool
-	vInt // int; int64 when is64 (offset, timestamp), which arithmetic makes int, as the VM does
+	vInt // int; int64 when the k64 bit is set (offset, timestamp), which arithmetic makes int, as the VM does
 	vFloat
 	vString
 	vOther // an object or a list, in x, which only member reads and literals take
+
+	k64 vkind = 0x80 // with vInt: an int64
 )
 
+// val is a value unboxed. It is kept to three words and a byte so that
+// the compiler holds it in registers: a larger struct went through memory
+// between every two closures, each copy a stalled load, and that was the
+// most costly part of a filter's arithmetic.
 type val struct {
-	k    vkind
-	is64 bool
-	b    bool
-	i    int
-	f    float64
-	s    string
-	// x is the object or list of a vOther; of another kind, the value
-	// boxed already (read from a record, or a constant), or nil: box
-	// returns it rather than boxing anew, which allocates. Whatever
-	// changes b, i, f or s makes a new val or clears x.
+	k vkind // the kind, with k64 for an int64: read it with kind()
+	n uint64
+	// x is the string of a vString, the object or list of a vOther; of
+	// another kind, the value boxed already (read from a record, or a
+	// constant), or nil: box returns it rather than boxing anew, which
+	// allocates. Whatever changes n makes a new val or clears x.
 	x any
+}
+
+func (v val) kind() vkind    { return v.k &^ k64 }
+func (v val) b() bool        { return v.n != 0 }
+func (v val) i() int         { return int(v.n) }
+func (v val) f() float64     { return math.Float64frombits(v.n) }
+func (v val) s() string      { s, _ := v.x.(string); return s }
+func boolVal(b bool) val     { return val{k: vBool, n: b2u(b)} }
+func intVal(i int) val       { return val{k: vInt, n: uint64(i)} }
+func int64Val(i int) val     { return val{k: vInt | k64, n: uint64(i)} }
+func floatVal(f float64) val { return val{k: vFloat, n: math.Float64bits(f)} }
+
+// stringVal boxes s: a string is always held boxed.
+func stringVal(s string) val { return val{k: vString, x: s} }
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // fastEnv is what a fast expression reads.
@@ -64,20 +87,15 @@ func (v val) box() any {
 	}
 	switch v.k {
 	case vBool:
-		return v.b
+		return v.b()
 	case vInt:
-		if v.is64 {
-			return int64(v.i)
-		}
-		return v.i
+		return v.i()
+	case vInt | k64:
+		return int64(v.i())
 	case vFloat:
-		return v.f
-	case vString:
-		return v.s
-	case vOther:
-		return v.x
+		return v.f()
 	}
-	return nil
+	return nil // vNil; a vString or vOther always has x
 }
 
 // unbox reads x, or says it is of a type only the VM handles.
@@ -86,15 +104,15 @@ func unbox(x any) (val, bool) {
 	case nil:
 		return val{}, true
 	case bool:
-		return val{k: vBool, b: t, x: x}, true
+		return val{k: vBool, n: b2u(t), x: x}, true
 	case int:
-		return val{k: vInt, i: t, x: x}, true
+		return val{k: vInt, n: uint64(t), x: x}, true
 	case int64:
-		return val{k: vInt, i: int(t), is64: true, x: x}, true
+		return val{k: vInt | k64, n: uint64(t), x: x}, true
 	case float64:
-		return val{k: vFloat, f: t, x: x}, true
+		return val{k: vFloat, n: math.Float64bits(t), x: x}, true
 	case string:
-		return val{k: vString, s: t, x: x}, true
+		return val{k: vString, x: x}, true
 	case map[string]any, []any:
 		return val{k: vOther, x: x}, true
 	}
@@ -108,21 +126,20 @@ func compileFast(node ast.Node) fastFn {
 	case *ast.NilNode:
 		return func(*fastEnv) (val, bool) { return val{}, true }
 	case *ast.BoolNode:
-		v := val{k: vBool, b: n.Value}
+		v := boolVal(n.Value)
 		return func(*fastEnv) (val, bool) { return v, true }
 	case *ast.StringNode:
-		v := val{k: vString, s: n.Value}
-		v.x = v.box()
+		v := stringVal(n.Value)
 		return func(*fastEnv) (val, bool) { return v, true }
 	case *ast.IntegerNode:
 		var v val
 		switch t := n.Type(); {
 		case t == nil || t.Kind() == reflect.Int:
-			v = val{k: vInt, i: n.Value}
+			v = intVal(n.Value)
 		case t.Kind() == reflect.Int64:
-			v = val{k: vInt, i: n.Value, is64: true}
+			v = int64Val(n.Value)
 		case t.Kind() == reflect.Float64:
-			v = val{k: vFloat, f: float64(n.Value)}
+			v = floatVal(float64(n.Value))
 		default:
 			return nil
 		}
@@ -132,7 +149,7 @@ func compileFast(node ast.Node) fastFn {
 		if t := n.Type(); t != nil && t.Kind() == reflect.Float32 {
 			return nil
 		}
-		v := val{k: vFloat, f: n.Value}
+		v := floatVal(n.Value)
 		v.x = v.box()
 		return func(*fastEnv) (val, bool) { return v, true }
 	case *ast.ConstantNode:
@@ -159,7 +176,7 @@ func compileFast(node ast.Node) fastFn {
 			if !ok || c.k != vBool {
 				return val{}, false
 			}
-			if c.b {
+			if c.b() {
 				return yes(env)
 			}
 			return no(env)
@@ -260,15 +277,13 @@ func fastIdentifier(name string) fastFn {
 	case "state":
 		return func(env *fastEnv) (val, bool) { return unbox(env.state) }
 	case "topic":
-		return func(env *fastEnv) (val, bool) { return val{k: vString, s: env.r.Source.Topic}, true }
+		return func(env *fastEnv) (val, bool) { return stringVal(env.r.Source.Topic), true }
 	case "partition":
-		return func(env *fastEnv) (val, bool) { return val{k: vInt, i: int(env.r.Source.Partition)}, true }
+		return func(env *fastEnv) (val, bool) { return intVal(int(env.r.Source.Partition)), true }
 	case "offset":
-		return func(env *fastEnv) (val, bool) { return val{k: vInt, i: int(env.r.Source.Offset), is64: true}, true }
+		return func(env *fastEnv) (val, bool) { return int64Val(int(env.r.Source.Offset)), true }
 	case "timestamp":
-		return func(env *fastEnv) (val, bool) {
-			return val{k: vInt, i: int(env.r.Timestamp.UnixMilli()), is64: true}, true
-		}
+		return func(env *fastEnv) (val, bool) { return int64Val(int(env.r.Timestamp.UnixMilli())), true }
 	}
 	return nil
 }
@@ -323,7 +338,7 @@ func fastUnary(n *ast.UnaryNode) fastFn {
 			if !ok || v.k != vBool {
 				return val{}, false
 			}
-			return val{k: vBool, b: !v.b}, true
+			return boolVal(!v.b()), true
 		}
 	case "-":
 		return func(env *fastEnv) (val, bool) {
@@ -331,12 +346,11 @@ func fastUnary(n *ast.UnaryNode) fastFn {
 			switch {
 			case !ok:
 				return val{}, false
-			case v.k == vInt:
-				v.i, v.x = -v.i, nil
+			case v.kind() == vInt:
+				v.n, v.x = uint64(-v.i()), nil // an int64 stays one
 				return v, true
 			case v.k == vFloat:
-				v.f, v.x = -v.f, nil
-				return v, true
+				return floatVal(-v.f()), true
 			}
 			return val{}, false
 		}
@@ -361,6 +375,39 @@ func fastBinary(n *ast.BinaryNode) fastFn {
 	if op == nil {
 		return nil
 	}
+	code, ints := intOps[n.Operator]
+	if !ints {
+		return func(env *fastEnv) (val, bool) {
+			a, ok := l(env)
+			if !ok {
+				return val{}, false
+			}
+			b, ok := r(env)
+			if !ok {
+				return val{}, false
+			}
+			return op(a, b)
+		}
+	}
+	// Two ints, the commonest case (value.seq % 10, value.n * 2), are
+	// worked out here: passing two vals to op goes through memory, and
+	// was the most costly step of a filter's or a map's arithmetic. With
+	// an int constant on the right, it is not called for either.
+	if c, ok := n.Right.(*ast.IntegerNode); ok {
+		if t := c.Type(); t == nil || t.Kind() == reflect.Int {
+			cv, _ := r(nil)
+			return func(env *fastEnv) (val, bool) {
+				a, ok := l(env)
+				if !ok {
+					return val{}, false
+				}
+				if a.kind() == vInt {
+					return intOp(code, a.i(), cv.i())
+				}
+				return op(a, cv)
+			}
+		}
+	}
 	return func(env *fastEnv) (val, bool) {
 		a, ok := l(env)
 		if !ok {
@@ -370,8 +417,58 @@ func fastBinary(n *ast.BinaryNode) fastFn {
 		if !ok {
 			return val{}, false
 		}
+		if a.kind() == vInt && b.kind() == vInt {
+			return intOp(code, a.i(), b.i())
+		}
 		return op(a, b)
 	}
+}
+
+// intOps are the binary operators intOp works out for two ints.
+var intOps = map[string]int{"+": opAdd, "-": opSub, "*": opMul, "%": opMod, "==": opEq, "!=": opNe, "<": opLt, ">": opGt, "<=": opLe, ">=": opGe}
+
+const (
+	opAdd = iota
+	opSub
+	opMul
+	opMod
+	opEq
+	opNe
+	opLt
+	opGt
+	opLe
+	opGe
+)
+
+// intOp is binaryOps[op](a, b) for two ints (of either int type), as
+// arith, equal and compare answer it.
+func intOp(op, x, y int) (val, bool) {
+	switch op {
+	case opAdd:
+		return intVal(x + y), true
+	case opSub:
+		return intVal(x - y), true
+	case opMul:
+		return intVal(x * y), true
+	case opMod:
+		if y == 0 {
+			return val{}, false
+		}
+		return intVal(x % y), true
+	case opEq:
+		return boolVal(x == y), true
+	case opNe:
+		return boolVal(x != y), true
+	case opLt:
+		return boolVal(x < y), true
+	case opGt:
+		return boolVal(x > y), true
+	case opLe:
+		return boolVal(x <= y), true
+	case opGe:
+		return boolVal(x >= y), true
+	}
+	return val{}, false
 }
 
 // shortCircuit is and (decided by a false left) and or (by a true one), as
@@ -383,7 +480,7 @@ func shortCircuit(l, r fastFn, decides bool) fastFn {
 		if !ok || a.k != vBool {
 			return val{}, false
 		}
-		if a.b == decides {
+		if a.b() == decides {
 			return a, true
 		}
 		return r(env)
@@ -393,11 +490,11 @@ func shortCircuit(l, r fastFn, decides bool) fastFn {
 var binaryOps = map[string]func(a, b val) (val, bool){
 	"==": func(a, b val) (val, bool) {
 		eq, ok := equal(a, b)
-		return val{k: vBool, b: eq}, ok
+		return boolVal(eq), ok
 	},
 	"!=": func(a, b val) (val, bool) {
 		eq, ok := equal(a, b)
-		return val{k: vBool, b: !eq}, ok
+		return boolVal(!eq), ok
 	},
 	"<":  compare(func(c int) bool { return c < 0 }),
 	">":  compare(func(c int) bool { return c > 0 }),
@@ -405,7 +502,7 @@ var binaryOps = map[string]func(a, b val) (val, bool){
 	">=": compare(func(c int) bool { return c >= 0 }),
 	"+": func(a, b val) (val, bool) {
 		if a.k == vString && b.k == vString {
-			return val{k: vString, s: a.s + b.s}, true
+			return stringVal(a.s() + b.s()), true
 		}
 		return arith(a, b, func(x, y int) int { return x + y }, func(x, y float64) float64 { return x + y })
 	},
@@ -418,23 +515,23 @@ var binaryOps = map[string]func(a, b val) (val, bool){
 	"/": func(a, b val) (val, bool) {
 		x, okx := a.float()
 		y, oky := b.float()
-		return val{k: vFloat, f: x / y}, okx && oky
+		return floatVal(x / y), okx && oky
 	},
 	"%": func(a, b val) (val, bool) {
-		if a.k != vInt || b.k != vInt || b.i == 0 {
+		if a.kind() != vInt || b.kind() != vInt || b.i() == 0 {
 			return val{}, false // the VM's error: not integers, or division by zero
 		}
-		return val{k: vInt, i: a.i % b.i}, true
+		return intVal(a.i() % b.i()), true
 	},
 }
 
 // float is a number as a float64, as the VM converts mixed operands.
 func (v val) float() (float64, bool) {
-	switch v.k {
+	switch v.kind() {
 	case vInt:
-		return float64(v.i), true
+		return float64(v.i()), true
 	case vFloat:
-		return v.f, true
+		return v.f(), true
 	}
 	return 0, false
 }
@@ -442,15 +539,15 @@ func (v val) float() (float64, bool) {
 // arith is + - * on numbers: int with int is int, anything with a float
 // is float64.
 func arith(a, b val, ints func(x, y int) int, floats func(x, y float64) float64) (val, bool) {
-	if a.k == vInt && b.k == vInt {
-		return val{k: vInt, i: ints(a.i, b.i)}, true
+	if a.kind() == vInt && b.kind() == vInt {
+		return intVal(ints(a.i(), b.i())), true
 	}
 	x, okx := a.float()
 	y, oky := b.float()
 	if !okx || !oky {
 		return val{}, false
 	}
-	return val{k: vFloat, f: floats(x, y)}, true
+	return floatVal(floats(x, y)), true
 }
 
 // equal is the VM's ==: numbers by value across int and float, strings,
@@ -460,22 +557,22 @@ func equal(a, b val) (eq, ok bool) {
 	if a.k == vOther || b.k == vOther {
 		return false, false
 	}
-	if a.k == vInt && b.k == vInt {
-		return a.i == b.i, true
+	if a.kind() == vInt && b.kind() == vInt {
+		return a.i() == b.i(), true
 	}
 	if x, okx := a.float(); okx {
 		if y, oky := b.float(); oky {
 			return x == y, true
 		}
 	}
-	if a.k != b.k {
+	if a.kind() != b.kind() {
 		return false, true
 	}
 	switch a.k {
 	case vString:
-		return a.s == b.s, true
+		return a.s() == b.s(), true
 	case vBool:
-		return a.b == b.b, true
+		return a.b() == b.b(), true
 	}
 	return true, true // both nil
 }
@@ -486,10 +583,10 @@ func compare(holds func(c int) bool) func(a, b val) (val, bool) {
 	return func(a, b val) (val, bool) {
 		c := 0
 		switch {
-		case a.k == vInt && b.k == vInt:
-			c = cmpOrdered(a.i, b.i)
+		case a.kind() == vInt && b.kind() == vInt:
+			c = cmpOrdered(a.i(), b.i())
 		case a.k == vString && b.k == vString:
-			c = cmpOrdered(a.s, b.s)
+			c = cmpOrdered(a.s(), b.s())
 		default:
 			x, okx := a.float()
 			y, oky := b.float()
@@ -497,11 +594,11 @@ func compare(holds func(c int) bool) func(a, b val) (val, bool) {
 				return val{}, false
 			}
 			if x != x || y != y {
-				return val{k: vBool, b: false}, true // NaN compares false, as in Go
+				return boolVal(false), true // NaN compares false, as in Go
 			}
 			c = cmpOrdered(x, y)
 		}
-		return val{k: vBool, b: holds(c)}, true
+		return boolVal(holds(c)), true
 	}
 }
 

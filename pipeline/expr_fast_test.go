@@ -57,6 +57,16 @@ var fastExprs = []struct {
 	{"(value.a - value.a) / (value.b - value.b) < 1", BoolResult},
 	{"state.total + value.a", AnyResult},
 	{"state == nil ? value.a : state.total", AnyResult},
+	// An int constant on the right, by each operator worked out for ints.
+	{"[value.a + 1, value.a - 3, value.a * 2, value.a % 4]", AnyResult},
+	{"value.a == nil ? 0 : value.a % 0", AnyResult},
+	{"[value.a == 2, value.a != 2, value.a < 2, value.a > 2, value.a <= 2, value.a >= 2]", AnyResult},
+	{"value.a + value.seq * value.n", AnyResult},
+	{"[value.b * 2, value.b == 2]", AnyResult},
+	{"value.b % 2", AnyResult},
+	{"value.a < value.seq == (value.n >= value.seq)", AnyResult},
+	{"[offset % 7, offset - 1, timestamp >= 1700000000000, offset == value.a, value.a * value.n]", AnyResult},
+	{"value.seq % 10 == 3 || value.seq * 2 > 20", BoolResult},
 }
 
 // fastValues are values of every shape the expressions may meet,
