@@ -6,6 +6,7 @@ import (
 	goruntime "runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -178,5 +179,15 @@ func TestDecodeAheadThroughTheTask(t *testing.T) {
 	}
 	if next != n || dead != 1 {
 		t.Fatalf("%d outputs and %d dead letters, want %d and 1", next, dead, n-1)
+	}
+}
+
+// TestDecodeChunkIsASmallAllocation: a chunk's records are allocated
+// together, and past 32 KB an allocation goes to the heap and has its
+// memory cleared afresh each time. A Record that grows must make the chunk
+// smaller.
+func TestDecodeChunkIsASmallAllocation(t *testing.T) {
+	if size := unsafe.Sizeof(pipeline.Record{}) * aheadChunk; size > 32<<10 {
+		t.Errorf("a chunk of %d records takes %d bytes, more than 32 KB", aheadChunk, size)
 	}
 }

@@ -170,8 +170,11 @@ func (t *task) start() {
 // aheadChunk is how many records the decoder hands the task at a time, and
 // aheadChunks how many chunks it may be ahead: small enough that the task
 // starts on a fetch soon after the decoder does, large enough that handing
-// over costs little per record.
-const aheadChunk, aheadChunks = 256, 8
+// over costs little per record. A chunk's records are one allocation:
+// 128 of them stay under 32 KB, where the allocator takes them from its
+// per-core caches; 256 were a large allocation each time, from the heap
+// and cleared afresh.
+const aheadChunk, aheadChunks = 128, 16
 
 // decodesAhead reports whether the values of n's records are worth decoding
 // on a goroutine of their own: n is a source from outside whose JSON values
@@ -287,7 +290,7 @@ func (t *task) run() {
 					r = &w.pre[i]
 				} else {
 					if len(slab) == 0 {
-						slab = make([]pipeline.Record, len(w.recs)-i)
+						slab = make([]pipeline.Record, min(len(w.recs)-i, aheadChunk))
 					}
 					r = &slab[0]
 					slab = slab[1:]
