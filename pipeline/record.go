@@ -283,7 +283,9 @@ func Encode(x any, f Format) ([]byte, error) {
 }
 
 // Record is one record moving through the graph. Operators may change it in
-// place; an operator that emits several records from one must Clone it.
+// place; an operator that emits several records from one must Clone it, and
+// a copy must be made with Clone, never by copying the struct: a copy shares
+// the input record as read, which a sink may take over (TakeOrigin).
 type Record struct {
 	Key       Value
 	Value     Value
@@ -292,8 +294,10 @@ type Record struct {
 
 	// Source is where the input record this one derives from was read.
 	Source Position
-	// origin is the input record as read, for the dead-letter topic.
+	// origin is the input record as read, for the dead-letter topic;
+	// shared when a clone holds it too.
 	origin *kgo.Record
+	shared bool
 }
 
 // Decoding says how the records of a source are decoded: the formats of
@@ -387,6 +391,7 @@ func (rec *Record) Read(r *kgo.Record, d *Decoding) {
 // Clone returns a copy that can be changed without changing r. Decoded
 // values are shared: operators must replace them with Set, never mutate them.
 func (r *Record) Clone() *Record {
+	r.shared = r.origin != nil
 	c := *r
 	if r.Headers != nil {
 		c.Headers = append([]Header(nil), r.Headers...)
@@ -417,6 +422,20 @@ func (r *Record) SetHeader(k string, v []byte) {
 
 // Origin returns the input record this one derives from, as it was read.
 func (r *Record) Origin() *kgo.Record { return r.origin }
+
+// TakeOrigin returns the input record this one derives from and forgets it,
+// if nothing else holds it (no clone of r shares it); else nil. A sink that
+// writes r makes its output of it instead of allocating one: nothing reads
+// the input record once its only derived record is written, and the
+// dead-letter topic has no use for it then. Origin returns nil afterwards.
+func (r *Record) TakeOrigin() *kgo.Record {
+	if r.shared {
+		return nil
+	}
+	o := r.origin
+	r.origin = nil
+	return o
+}
 
 // KeyBytes returns the record's key as bytes: as read when unchanged, else
 // a string or bytes as they are and anything else as JSON; nil for none.
