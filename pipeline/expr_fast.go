@@ -376,24 +376,11 @@ func fastBinary(n *ast.BinaryNode) fastFn {
 		return nil
 	}
 	code, ints := intOps[n.Operator]
-	if !ints {
-		return func(env *fastEnv) (val, bool) {
-			a, ok := l(env)
-			if !ok {
-				return val{}, false
-			}
-			b, ok := r(env)
-			if !ok {
-				return val{}, false
-			}
-			return op(a, b)
-		}
-	}
 	// Two ints, the commonest case (value.seq % 10, value.n * 2), are
 	// worked out here: passing two vals to op goes through memory, and
 	// was the most costly step of a filter's or a map's arithmetic. With
 	// an int constant on the right, it is not called for either.
-	if c, ok := n.Right.(*ast.IntegerNode); ok {
+	if c, ok := n.Right.(*ast.IntegerNode); ok && ints {
 		if t := c.Type(); t == nil || t.Kind() == reflect.Int {
 			cv, _ := r(nil)
 			return func(env *fastEnv) (val, bool) {
@@ -417,7 +404,7 @@ func fastBinary(n *ast.BinaryNode) fastFn {
 		if !ok {
 			return val{}, false
 		}
-		if a.kind() == vInt && b.kind() == vInt {
+		if ints && a.kind() == vInt && b.kind() == vInt {
 			return intOp(code, a.i(), b.i())
 		}
 		return op(a, b)
