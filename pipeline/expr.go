@@ -319,8 +319,17 @@ func (ev *Evaluator) EvalValue(e *Expr, r *Record) (Value, error) {
 			return Value{}, err
 		}
 		fs := make([]codec.Field, len(o.keys))
+		in := &r.Value
+		copies := in.split && !in.decoded
 		ok := true
 		for i, f := range o.vals {
+			if copies && o.from[i] != "" {
+				if src := in.fieldAt(o.from[i]); src != nil {
+					fs[i] = *src // as read, if it was kept so
+				}
+				fs[i].Name = o.keys[i]
+				continue
+			}
 			var v val
 			if v, ok = f(env); !ok {
 				break

@@ -224,6 +224,10 @@ func compileFast(node ast.Node) fastFn {
 type fastObject struct {
 	keys []string
 	vals []fastFn
+	// from, by key, is the field of value the key's value is, when it is
+	// value.<field> ("" otherwise): EvalValue copies such a field as it
+	// was read, not decoding it only to encode it again.
+	from []string
 }
 
 // fastObjectOf returns node's fastObject if node is an object literal
@@ -251,14 +255,17 @@ func fastObjectOf(node ast.Node) *fastObject {
 		}
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(o.keys[a], o.keys[b]) })
-	keys, vals := make([]string, len(order)), make([]fastFn, len(order))
+	keys, vals, from := make([]string, len(order)), make([]fastFn, len(order)), make([]string, len(order))
 	for i, j := range order {
 		keys[i], vals[i] = o.keys[j], o.vals[j]
+		if d, f := directOf(n.Pairs[j].(*ast.PairNode).Value); d == directValueField {
+			from[i] = f
+		}
 		if i > 0 && keys[i] == keys[i-1] {
 			return nil // a repeated key: the VM keeps the first
 		}
 	}
-	o.keys, o.vals = keys, vals
+	o.keys, o.vals, o.from = keys, vals, from
 	return o
 }
 
@@ -302,7 +309,18 @@ func fastMember(n *ast.CallNode) fastFn {
 	// The commonest read, value.f, without a call for value.
 	if obj, ok := n.Arguments[0].(*ast.IdentifierNode); ok && obj.Value == "value" {
 		return func(env *fastEnv) (val, bool) {
-			x, isObject := env.r.Value.field(field)
+			v := &env.r.Value
+			if v.split && !v.decoded {
+				f := v.fieldAt(field)
+				if f == nil {
+					return val{}, true
+				}
+				if n, ok := f.RawInt(); ok { // read without boxing it
+					return intVal(n), true
+				}
+				return unbox(f.Decode())
+			}
+			x, isObject := v.field(field)
 			if !isObject {
 				return val{}, false
 			}

@@ -81,6 +81,10 @@ var fastValues = []string{
 	`{"a":{"x":1},"b":{"x":1},"s":["x"],"n":{"a":"1"}}`,
 	`{"a":true,"b":false,"flag":false,"s":"","seq":0,"n":1}`, `{"a":false,"b":"yes"}`,
 	`{}`, `[1,2]`, `"text"`, `12`, `null`, `{"seq":`,
+	// fields an object literal copies as read, or not: -0, 19 digits, a
+	// fraction, escapes, HTML characters, bytes above 0x7f
+	`{"seq":-0,"ts":"a<b","pad":"q\"uote","a":1.0,"s":"\u00e9","b":"x&y"}`,
+	`{"seq":1234567890123456789,"ts":-12,"pad":"plain ~","a":"é","b":123456789012345678}`,
 }
 
 var fastStates = []any{nil, map[string]any{"total": 5}, map[string]any{"total": 2.5}, map[string]any{}, "plain"}
@@ -377,5 +381,59 @@ func TestObjectLiteralKeepsReadValuesBoxed(t *testing.T) {
 	got, err := v.Encode(JSON)
 	if want := `{"c":1000,"f":2.5,"neg":-123456,"pad":"padding padding","s":"const","seq":123456}`; err != nil || string(got) != want {
 		t.Errorf("got %s (%v), want %s", got, err, want)
+	}
+}
+
+// TestObjectLiteralCopiesFieldsAsRead: the bench's filter-map, on a
+// record decoded field by field as the engine does, reads seq and copies
+// seq, ts and pad as they were read, decoding none of them; it allocates
+// the list of fields and seq * 2 alone.
+func TestObjectLiteralCopiesFieldsAsRead(t *testing.T) {
+	filter, err := CompileExpr("value.seq % 10 != 3", BoolResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := CompileExpr("{seq: value.seq, ts: value.ts, pad: value.pad, twice: value.seq * 2}", AnyResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecoding(String, JSON, ValueReads{Fields: []string{"seq", "ts", "pad"}})
+	in := []byte(`{"seq":123456,"ts":1795955790878123,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
+	r := new(Record)
+	r.Read(&kgo.Record{Value: in}, d)
+	var ev Evaluator
+	if ok, err := ev.EvalBool(filter, r); err != nil || !ok {
+		t.Fatalf("filter: %v, %v", ok, err)
+	}
+	for _, f := range r.Value.fields {
+		if f.Raw == nil || f.Value != nil {
+			t.Fatalf("field %s: raw %q, value %#v: decoded, not kept as read", f.Name, f.Raw, f.Value)
+		}
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := ev.EvalValue(e, r); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 2 {
+		t.Errorf("%.0f allocations per object, want 2: the fields and seq * 2", allocs)
+	}
+	v, err := ev.EvalValue(e, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range v.fields {
+		if (f.Raw != nil) != (f.Name != "twice") {
+			t.Errorf("output field %s: raw %q", f.Name, f.Raw)
+		}
+	}
+	got, err := v.Encode(JSON)
+	if want := `{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","seq":123456,"ts":1795955790878123,"twice":246912}`; err != nil || string(got) != want {
+		t.Errorf("got %s (%v), want %s", got, err, want)
+	}
+	// Read whole afterwards, the copies decode to what was read.
+	obj, err := v.Get()
+	if want := map[string]any{"seq": 123456, "ts": 1795955790878123, "pad": strings.Repeat("x", 50), "twice": 246912}; err != nil || !reflect.DeepEqual(obj, want) {
+		t.Errorf("read whole: %#v (%v), want %#v", obj, err, want)
 	}
 }

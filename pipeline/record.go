@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
@@ -96,8 +97,8 @@ func (v *Value) Get() (any, error) {
 	}
 	if v.split {
 		m := make(map[string]any, len(v.fields))
-		for _, f := range v.fields {
-			m[f.Name] = f.Value
+		for i := range v.fields {
+			m[v.fields[i].Name] = v.fields[i].Decode()
 		}
 		v.obj, v.decoded = m, true
 		return m, nil
@@ -159,10 +160,8 @@ func (v *Value) loadIn(b *DecodeBuffer) error {
 // field is Field of a loaded value.
 func (v *Value) field(name string) (any, bool) {
 	if v.split && !v.decoded {
-		for i := range v.fields {
-			if v.fields[i].Name == name {
-				return v.fields[i].Value, true
-			}
+		if f := v.fieldAt(name); f != nil {
+			return f.Decode(), true
 		}
 		return nil, true
 	}
@@ -171,6 +170,17 @@ func (v *Value) field(name string) (any, bool) {
 		return nil, false
 	}
 	return m[name], true
+}
+
+// fieldAt returns the field called name of a split value; nil if it has
+// none.
+func (v *Value) fieldAt(name string) *codec.Field {
+	for i := range v.fields {
+		if v.fields[i].Name == name {
+			return &v.fields[i]
+		}
+	}
+	return nil
 }
 
 // AppendJSON appends the JSON encoding of a value an operator set to buf,
@@ -396,6 +406,10 @@ func (r *Record) Clone() *Record {
 	if r.Headers != nil {
 		c.Headers = append([]Header(nil), r.Headers...)
 	}
+	// Reading a field kept as read decodes it in place (Field.Decode),
+	// and a clone may be read on another goroutine.
+	c.Key.fields = slices.Clone(r.Key.fields)
+	c.Value.fields = slices.Clone(r.Value.fields)
 	return &c
 }
 

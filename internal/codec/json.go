@@ -26,6 +26,57 @@ func DecodeJSON(b []byte) (any, error) { return DecodeJSONFields(b, nil) }
 type jsonDecoder struct {
 	b []byte
 	i int
+	// keepRaw: members keeps the top-level fields rawScalar accepts as
+	// read.
+	keepRaw bool
+}
+
+// rawScalar reads the value at d.i if it is a string that needs no
+// escaping (printable ASCII, none of '"', '\\', '<', '>' or '&') or an
+// integer smallInt reads and AppendJSON would write as it stands (no
+// "-0"), and returns its JSON as read. For anything else it returns nil
+// and leaves d.i alone, for value to read it (and refuse it if invalid).
+func (d *jsonDecoder) rawScalar() []byte {
+	start := d.i
+	if c := d.b[start]; c == '"' {
+		i := start + 1
+		i += htmlSafePrefix(d.b[i:])
+		for ; i < len(d.b); i++ {
+			c := d.b[i]
+			if c == '"' {
+				d.i = i + 1
+				return d.b[start:d.i]
+			}
+			if !htmlSafe(c) {
+				return nil
+			}
+		}
+		return nil
+	}
+	i := start
+	if d.b[i] == '-' {
+		i++
+	}
+	j := i
+	for j < len(d.b) && d.b[j] >= '0' && d.b[j] <= '9' {
+		j++
+	}
+	switch n := j - i; {
+	case n == 0 || n > 18:
+		return nil
+	case d.b[i] == '0' && (n > 1 || i > start): // 01 is refused, -0 written 0
+		return nil
+	case j < len(d.b) && (d.b[j] == '.' || d.b[j] == 'e' || d.b[j] == 'E'):
+		return nil
+	}
+	d.i = j
+	return d.b[start:j]
+}
+
+// htmlSafe reports whether appendJSONString writes c, an ASCII byte, as it
+// is.
+func htmlSafe(c byte) bool {
+	return c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
 }
 
 func (d *jsonDecoder) errorf(format string, args ...any) error {
@@ -87,15 +138,16 @@ func (d *jsonDecoder) object(depth int, p *Projection) (any, error) {
 	} else {
 		m = make(map[string]any)
 	}
-	if err := d.members(depth, p, func(k string, v any) { m[k] = v }); err != nil {
+	if err := d.members(depth, p, func(k string, v any, _ []byte) { m[k] = v }); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
 // members reads the object at d.i, handing set each member p names (every
-// member when p is nil), in document order.
-func (d *jsonDecoder) members(depth int, p *Projection, set func(k string, v any)) error {
+// member when p is nil), in document order: its value, or, with d.keepRaw,
+// its JSON as read when rawScalar keeps it so (the value then nil).
+func (d *jsonDecoder) members(depth int, p *Projection, set func(k string, v any, raw []byte)) error {
 	d.i++ // {
 	d.space()
 	if d.i < len(d.b) && d.b[d.i] == '}' {
@@ -125,11 +177,9 @@ func (d *jsonDecoder) members(depth int, p *Projection, set func(k string, v any
 		d.i++
 		d.space()
 		if want {
-			v, err := d.value(depth + 1)
-			if err != nil {
+			if err := d.member(depth+1, k, set); err != nil {
 				return err
 			}
-			set(k, v)
 		} else if err := d.skip(depth + 1); err != nil {
 			return err
 		}
@@ -147,6 +197,22 @@ func (d *jsonDecoder) members(depth int, p *Projection, set func(k string, v any
 			return d.errorf("expected ',' or '}' in an object")
 		}
 	}
+}
+
+// member reads the value of member k, at depth, and hands it to set.
+func (d *jsonDecoder) member(depth int, k string, set func(k string, v any, raw []byte)) error {
+	if d.keepRaw && depth == 1 && d.i < len(d.b) { // top-level members only
+		if raw := d.rawScalar(); raw != nil {
+			set(k, nil, raw)
+			return nil
+		}
+	}
+	v, err := d.value(depth)
+	if err != nil {
+		return err
+	}
+	set(k, v, nil)
+	return nil
 }
 
 func (d *jsonDecoder) array(depth int) (any, error) {
@@ -355,42 +421,9 @@ func smallInt(b []byte) (int, bool) {
 
 func (d *jsonDecoder) number() (any, error) {
 	start := d.i
-	if d.b[d.i] == '-' {
-		d.i++
-	}
-	digits := func() int {
-		n := 0
-		for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
-			d.i++
-			n++
-		}
-		return n
-	}
-	if d.i >= len(d.b) {
-		return nil, d.errorf("invalid number")
-	}
-	if d.b[d.i] == '0' {
-		d.i++
-	} else if digits() == 0 {
-		return nil, d.errorf("invalid number")
-	}
-	whole := true
-	if d.i < len(d.b) && d.b[d.i] == '.' {
-		d.i++
-		whole = false
-		if digits() == 0 {
-			return nil, d.errorf("invalid number")
-		}
-	}
-	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
-		d.i++
-		whole = false
-		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
-			d.i++
-		}
-		if digits() == 0 {
-			return nil, d.errorf("invalid number")
-		}
+	whole, err := d.scanNumber()
+	if err != nil {
+		return nil, err
 	}
 	if whole {
 		if n, ok := smallInt(d.b[start:d.i]); ok {
@@ -409,6 +442,67 @@ func (d *jsonDecoder) number() (any, error) {
 	return f, nil
 }
 
+// skipNumber checks a number as number would, building nothing (but the
+// string a fraction or exponent is parsed from, to check its range).
+func (d *jsonDecoder) skipNumber() error {
+	start := d.i
+	whole, err := d.scanNumber()
+	if err != nil {
+		return err
+	}
+	if _, ok := smallInt(d.b[start:d.i]); ok && whole {
+		return nil
+	}
+	s := string(d.b[start:d.i])
+	if _, err := strconv.ParseFloat(s, 64); err != nil {
+		return d.errorf("number %s out of range", s)
+	}
+	return nil
+}
+
+// scanNumber moves past the number at d.i, and reports whether it has
+// neither a fraction nor an exponent.
+func (d *jsonDecoder) scanNumber() (whole bool, err error) {
+	if d.b[d.i] == '-' {
+		d.i++
+	}
+	digits := func() int {
+		n := 0
+		for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+			d.i++
+			n++
+		}
+		return n
+	}
+	if d.i >= len(d.b) {
+		return false, d.errorf("invalid number")
+	}
+	if d.b[d.i] == '0' {
+		d.i++
+	} else if digits() == 0 {
+		return false, d.errorf("invalid number")
+	}
+	whole = true
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		whole = false
+		if digits() == 0 {
+			return false, d.errorf("invalid number")
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		whole = false
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if digits() == 0 {
+			return false, d.errorf("invalid number")
+		}
+	}
+	return whole, nil
+}
+
 // AppendJSONFields appends fs as a JSON object, in their order, which must
 // be sorted by name without duplicates for the result to be the one
 // AppendJSON gives the equivalent map.
@@ -420,6 +514,10 @@ func AppendJSONFields(buf []byte, fs []Field) ([]byte, error) {
 		}
 		buf = appendJSONString(buf, fs[i].Name)
 		buf = append(buf, ':')
+		if fs[i].Raw != nil {
+			buf = append(buf, fs[i].Raw...)
+			continue
+		}
 		var err error
 		if buf, err = AppendJSON(buf, fs[i].Value); err != nil {
 			return nil, err
@@ -595,7 +693,7 @@ func plainPrefix(b []byte) int {
 // copies as they are, eight at a time: it stops at the first word holding a
 // byte that is a quote, a backslash, a control byte, '<', '>', '&' or not
 // ASCII (or, rarely, next to one: the byte loop after it decides).
-func htmlSafePrefix(s string) int {
+func htmlSafePrefix[T string | []byte](s T) int {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
@@ -688,9 +786,40 @@ func DecodeJSONFields(b []byte, p *Projection) (any, error) {
 }
 
 // Field is a member of a decoded JSON object.
+//
+// A field DecodeJSONFieldList reads may be kept as it was read: a string
+// that needs no escaping, or an integer that fits smallInt. Raw then holds
+// its JSON, which AppendJSONFields copies as it is, and Value is nil until
+// Decode builds it: most fields a step reads are compared or copied to the
+// output unchanged, and building a string only to write it out again was a
+// fifth of a filter-map's decoding and encoding.
 type Field struct {
 	Name  string
 	Value any
+	Raw   []byte
+}
+
+// Decode returns the field's value, building it from Raw on first use. It
+// changes f: a Field shared by goroutines must be copied first.
+func (f *Field) Decode() any {
+	if f.Value == nil && f.Raw != nil {
+		if f.Raw[0] == '"' {
+			f.Value = string(f.Raw[1 : len(f.Raw)-1])
+		} else {
+			n, _ := smallInt(f.Raw)
+			f.Value = n
+		}
+	}
+	return f.Value
+}
+
+// RawInt returns the value of a field kept as read that is an integer,
+// without building it; ok is false for any other field.
+func (f *Field) RawInt() (n int, ok bool) {
+	if len(f.Raw) == 0 || f.Raw[0] == '"' {
+		return 0, false
+	}
+	return smallInt(f.Raw)
 }
 
 // DecodeJSONFieldList is DecodeJSONFields for a document that is an
@@ -706,14 +835,15 @@ func DecodeJSONFieldList(b []byte, p *Projection, buf []Field) (fields []Field, 
 		return buf, false, nil
 	}
 	fields = buf
-	err = d.members(0, p, func(k string, v any) {
+	d.keepRaw = true
+	err = d.members(0, p, func(k string, v any, raw []byte) {
 		for i := range fields {
 			if fields[i].Name == k {
-				fields[i].Value = v
+				fields[i].Value, fields[i].Raw = v, raw
 				return
 			}
 		}
-		fields = append(fields, Field{k, v})
+		fields = append(fields, Field{k, v, raw})
 	})
 	if err != nil {
 		return buf, true, err
@@ -774,8 +904,7 @@ func (d *jsonDecoder) skip(depth int) error {
 	case c == 'n':
 		return d.literal("null")
 	case c == '-' || c >= '0' && c <= '9':
-		_, err := d.number()
-		return err
+		return d.skipNumber()
 	default:
 		return d.errorf("unexpected character %q", c)
 	}

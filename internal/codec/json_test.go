@@ -69,6 +69,11 @@ var jsonCases = []string{
 	`{"pad":[1,],"seq":1}`, `{"pad":{"x" 1},"seq":1}`, `{"pad":{"x":1,},"seq":1}`, `{"pad":{1:2},"seq":1}`, `{"pad":01,"seq":1}`,
 	`{"pad":1e400,"seq":1}`, `{"pad":tru,"seq":1}`, `{"pad":[1 2],"seq":1}`, `{"pad":"abc`, `{"pad":[`, `{"pad":{`, `{"pad":`,
 	`{"seq":1,"pad":"x"} x`, `{"seq":1 "pad":2}`, `{"seq":1,}`, `{"pad":nul}`, `{"pad":-}`, `{"pad":"\`,
+	// fields kept as read (plain strings, small integers) next to ones
+	// that are not: escapes, HTML characters, -0, 19 digits, fractions
+	`{"seq":0,"a":-0,"pad":"a<b"}`, `{"seq":123456789012345678,"a":1234567890123456789}`, `{"seq":-12,"a":"plain ~!"}`,
+	`{"a":"x&y","seq":"\u0041"}`, `{"seq":00}`, `{"seq":-}`, `{"seq":1.5,"a":1e2}`, `{"seq":12"}`, `{"seq":"ab`, `{"seq":-01}`,
+	`{"seq":"0123456789abcdefgh>","a":"0123456789abcdefghijklm"}`, "{\"seq\":\"\xc3\xa9\",\"a\":\"\x7f\"}", `{"seq":5,"seq":"x"}`,
 }
 
 // TestPlainPrefixStopsAtTheWordOfTheFirstSpecialByte: the word-at-a-time
@@ -196,10 +201,24 @@ func checkFieldList(t *testing.T, b []byte, names []string, got any, gerr error)
 		if !p.has([]byte(f.Name)) {
 			t.Fatalf("%q: field %q listed, not kept", b, f.Name)
 		}
-		m[f.Name] = f.Value
+		m[f.Name] = f.Decode()
 	}
 	if !reflect.DeepEqual(any(m), got) && !nanEqual(any(m), got) {
 		t.Fatalf("%q with fields %q:\nlist %#v\n map %#v", b, names, m, got)
+	}
+	// Written out (fields kept as read copied as they are), the list is
+	// the map as AppendJSON writes it.
+	slices.SortFunc(fields, func(a, b Field) int { return strings.Compare(a.Name, b.Name) })
+	for i := range fields {
+		fields[i].Value = nil // those kept as read: from Raw alone
+		if fields[i].Raw == nil {
+			fields[i].Value = m[fields[i].Name]
+		}
+	}
+	lw, lerr := AppendJSONFields(nil, fields)
+	mw, merr := AppendJSON(nil, got)
+	if (lerr == nil) != (merr == nil) || string(lw) != string(mw) {
+		t.Fatalf("%q with fields %q: list written %s (%v), map %s (%v)", b, names, lw, lerr, mw, merr)
 	}
 }
 
@@ -384,5 +403,43 @@ func TestAppendJSONStringEveryByteEverywhere(t *testing.T) {
 		if got := appendJSONString(nil, s); string(got) != string(want) {
 			t.Fatalf("runes at %d: got %s, want %s", pos, got, want)
 		}
+	}
+}
+
+// TestFieldListKeepsPlainFieldsAsRead: of the bench's record, the numbers
+// and the padding are kept as read, with nothing built until asked, and
+// a fraction or a string with an escape is built as before.
+func TestFieldListKeepsPlainFieldsAsRead(t *testing.T) {
+	b := []byte(`{"seq":-12345,"ts":1795955790878123,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","f":1.5,"e":"a\nb"}`)
+	p := NewProjection([]string{"seq", "ts", "pad", "f", "e"})
+	buf := make([]Field, 0, 5)
+	all := testing.AllocsPerRun(100, func() { _, _, _ = DecodeJSONFieldList(b, p, buf) })
+	two := NewProjection([]string{"f", "e"})
+	built := testing.AllocsPerRun(100, func() { _, _, _ = DecodeJSONFieldList(b, two, buf) })
+	if all != built || built == 0 {
+		t.Fatalf("decoding five fields, three of them kept as read, made %v allocations; the two built alone %v", all, built)
+	}
+	fields, _, err := DecodeJSONFieldList(b, p, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := map[string]string{"seq": "-12345", "ts": "1795955790878123", "pad": `"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"`}
+	for i := range fields {
+		f := &fields[i]
+		if want, ok := raw[f.Name]; ok != (f.Raw != nil) || string(f.Raw) != want || (ok && f.Value != nil) {
+			t.Fatalf("%s: raw %q, value %#v; want raw %q", f.Name, f.Raw, f.Value, want)
+		}
+	}
+	if n, ok := fields[0].RawInt(); !ok || n != -12345 {
+		t.Fatalf("seq's RawInt: %d, %v", n, ok)
+	}
+	if _, ok := fields[2].RawInt(); ok {
+		t.Fatal("a string read as an integer")
+	}
+	if v := fields[2].Decode(); v != strings.Repeat("x", 34) || fields[2].Value == nil {
+		t.Fatalf("pad decoded to %#v, and kept? %v", v, fields[2].Value != nil)
+	}
+	if v := fields[1].Decode(); v != 1795955790878123 {
+		t.Fatalf("ts decoded to %#v", v)
 	}
 }
