@@ -450,8 +450,10 @@ func (d *jsonDecoder) skipNumber() error {
 	if err != nil {
 		return err
 	}
-	if _, ok := smallInt(d.b[start:d.i]); ok && whole {
-		return nil
+	if whole {
+		if _, ok := smallInt(d.b[start:d.i]); ok {
+			return nil
+		}
 	}
 	s := string(d.b[start:d.i])
 	if _, err := strconv.ParseFloat(s, 64); err != nil {
@@ -617,7 +619,7 @@ func appendJSONString(buf []byte, s string) []byte {
 	// Most strings need no escape: skip their bulk a word at a time.
 	for i := htmlSafePrefix(s); i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if htmlSafe(c) {
 				i++
 				continue
 			}
