@@ -253,6 +253,9 @@ type Evaluator struct {
 	vm   vm.VM
 	env  ExprEnv
 	fenv fastEnv
+	// fields holds the fields of the object literals EvalValue returns,
+	// many to an allocation.
+	fields DecodeBuffer
 }
 
 // Eval evaluates e against r. Only the parts of r the expression names are
@@ -318,7 +321,7 @@ func (ev *Evaluator) EvalValue(e *Expr, r *Record) (Value, error) {
 		if err != nil {
 			return Value{}, err
 		}
-		fs := make([]codec.Field, len(o.keys))
+		fs := ev.fields.take(len(o.keys))[:len(o.keys)]
 		in := &r.Value
 		copies := in.split && !in.decoded
 		ok := true

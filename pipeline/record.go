@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -362,15 +363,17 @@ func (b *DecodeBuffer) take(n int) []codec.Field {
 		return make([]codec.Field, 0, n)
 	}
 	if len(b.free) < n {
-		b.free = make([]codec.Field, decodeBlock*n)
+		b.free = make([]codec.Field, max(decodeBlock, n))
 	}
 	part := b.free[:0:n]
 	b.free = b.free[n:]
 	return part
 }
 
-// decodeBlock is how many records' fields a DecodeBuffer allocates at once.
-const decodeBlock = 256
+// decodeBlock is how many fields a DecodeBuffer allocates at once: as
+// many as fit in 32 KB, the largest allocation the allocator serves from
+// its per-core caches; a larger one comes from the heap, cleared afresh.
+const decodeBlock = 32 << 10 / int(unsafe.Sizeof(codec.Field{}))
 
 // NewRecord builds a record read from r with the given formats, decoding
 // every field of its value when asked.
