@@ -258,6 +258,12 @@ type Evaluator struct {
 	fields DecodeBuffer
 }
 
+// Reuse lets the evaluator build the values EvalValue returns in the
+// memory of those it returned before: call it only when none of them is
+// used any more. The engine does, between batches, in a graph whose steps
+// are all Forgetters.
+func (ev *Evaluator) Reuse() { ev.fields.Reuse() }
+
 // Eval evaluates e against r. Only the parts of r the expression names are
 // decoded.
 func (ev *Evaluator) Eval(e *Expr, r *Record) (any, error) {

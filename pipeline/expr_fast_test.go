@@ -469,3 +469,37 @@ func TestObjectLiteralsShareNoFields(t *testing.T) {
 		}
 	}
 }
+
+// TestEvaluatorReuse: after Reuse, EvalValue builds its objects in the
+// memory of those before, cleared: a field the record lacks is null, not
+// what the object before held there.
+func TestEvaluatorReuse(t *testing.T) {
+	e, err := CompileExpr("{a: value.a, b: value.b}", AnyResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecoding(String, JSON, ValueReads{Fields: []string{"a", "b"}})
+	var ev Evaluator
+	eval := func(in string) Value {
+		r := new(Record)
+		r.Read(&kgo.Record{Value: []byte(in)}, d)
+		v, err := ev.EvalValue(e, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	first := eval(`{"a":1,"b":"x"}`)
+	if got, _ := first.Encode(JSON); string(got) != `{"a":1,"b":"x"}` {
+		t.Fatalf("first object %s", got)
+	}
+	at := &first.fields[0]
+	ev.Reuse()
+	second := eval(`{"b":"y"}`)
+	if &second.fields[0] != at {
+		t.Error("after Reuse, the next object's fields are not where the first's were")
+	}
+	if got, _ := second.Encode(JSON); string(got) != `{"a":null,"b":"y"}` {
+		t.Errorf("second object %s, want a null a", got)
+	}
+}

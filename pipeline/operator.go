@@ -103,6 +103,18 @@ type EventTimeUser interface {
 	UsesEventTime() bool
 }
 
+// Forgetter is a Definition whose operators keep nothing of a record once
+// Process returns: not the record, nor its Key or Value (a copy of a
+// Value shares its memory), nor what Evaluator.EvalValue returned for it.
+// They read it, change it, emit it and let go. In a graph whose steps all
+// say so, the engine reuses the memory of the records it reads, and of
+// the values EvalValue builds, batch after batch, rather than leave each
+// batch's to the garbage collector. An operator that says so and keeps a
+// record sees it change under it.
+type Forgetter interface {
+	KeepsNoRecords() bool
+}
+
 // Definition is an operator as configured: built once from its YAML spec,
 // it makes one Operator per task.
 type Definition interface {

@@ -354,7 +354,18 @@ func (rec *Record) Preload(b *DecodeBuffer) { _ = rec.Value.loadIn(b) }
 // DecodeBuffer holds the fields of the values Preload decodes, those of
 // many records to an allocation rather than one each. A record keeps its
 // block of a few KB alive while it lives.
-type DecodeBuffer struct{ free []codec.Field }
+type DecodeBuffer struct {
+	free  []codec.Field
+	block []codec.Field // the latest allocation; free is its tail
+}
+
+// Reuse makes b hand out the memory of its latest allocation again, from
+// the start. Nothing read or built through b before may be used after: a
+// record whose fields it holds, a value built of them.
+func (b *DecodeBuffer) Reuse() {
+	clear(b.block[:len(b.block)-len(b.free)])
+	b.free = b.block
+}
 
 // take returns room for n fields: a part of b with a capacity of its own,
 // so that none grows into a neighbour's; its own allocation if b is nil.
@@ -363,7 +374,8 @@ func (b *DecodeBuffer) take(n int) []codec.Field {
 		return make([]codec.Field, 0, n)
 	}
 	if len(b.free) < n {
-		b.free = make([]codec.Field, max(decodeBlock, n))
+		b.block = make([]codec.Field, max(decodeBlock, n))
+		b.free = b.block
 	}
 	part := b.free[:0:n]
 	b.free = b.free[n:]

@@ -193,3 +193,77 @@ func TestDecodeChunkIsASmallAllocation(t *testing.T) {
 		t.Errorf("a chunk of %d records takes %d bytes, more than 32 KB", aheadChunk, size)
 	}
 }
+
+// TestGraphForgets: a graph reuses its records' memory only when no step
+// keeps a record past Process.
+func TestGraphForgets(t *testing.T) {
+	for steps, want := range map[string]bool{
+		`[]`: true,
+		`[{filter: "value.t > 3"}, {map: "{t: value.t}"}, {flat_map: {values: "[value.t]"}}, {name: r, route: [{a: "value.t > 5"}]}]`: true,
+		`[{aggregate: {fields: {n: count}}}]`:                         true,
+		`[{aggregate: {fields: {n: count}, emit: checkpoint}}]`:       false,
+		`[{window: {tumbling: 1m, fields: {n: count}}}]`:              false,
+		`[{parallel: {map: "{t: value.t}"}}]`:                         false,
+		`[{key_by: value.t}, {filter: "value.t > 3"}]`:                false,
+		`[{filter: "value.t > 3"}, {dedupe: {id: value.t, ttl: 1h}}]`: false,
+	} {
+		sinks := "sinks: {out: {topic: out}}\n"
+		if strings.Contains(steps, "route") {
+			sinks = "sinks: {out: {topic: out, from: r.a}, other: {topic: other, from: r.default}}\n"
+		}
+		cfg := parseConfig(t, "sources: {in: {topics: [in]}}\nsteps: "+steps+"\n"+sinks)
+		g, err := Build(cfg, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", steps, err)
+		}
+		if g.forgets != want {
+			t.Errorf("%s: forgets %v, want %v", steps, g.forgets, want)
+		}
+	}
+}
+
+// TestDecodeAheadReusesChunks runs fetch after fetch through a task that
+// decodes ahead in a graph that keeps no records: the decoder fills the
+// chunks the task hands back rather than allocating new ones, and every
+// output is still what its input makes, field for field, so no chunk was
+// refilled while the task still read it. A fetch is more chunks than can
+// be on their way, so that the decoder waits for the task's and refills
+// each as soon as it comes back.
+func TestDecodeAheadReusesChunks(t *testing.T) {
+	withProcs(t, 2)
+	o := newOffline(t, "sources: {in: {topics: [in]}}\nsteps: [{filter: \"value.seq % 7 != 3\"}, {map: \"{seq: value.seq, s: value.s, twice: value.seq * 2}\"}]\nsinks: {out: {topic: out}}\n", nil)
+	const fetches, n = 6, 3*aheadChunks*aheadChunk + 5
+	seq := 0
+	for range fetches {
+		recs := make([]*kgo.Record, n)
+		for i := range recs {
+			recs[i] = rec("in", 0, int64(seq), "", fmt.Sprintf(`{"s":"v%d","seq":%d}`, seq*31, seq))
+			seq++
+		}
+		out := o.feed(recs...)
+		var want []string
+		for _, r := range recs {
+			var s int
+			fmt.Sscanf(string(r.Value), `{"s":"v%d","seq":%d}`, new(int), &s)
+			if s%7 != 3 {
+				want = append(want, fmt.Sprintf(`{"s":"v%d","seq":%d,"twice":%d}`, s*31, s, 2*s))
+			}
+		}
+		if len(out) != len(want) {
+			t.Fatalf("%d outputs, want %d", len(out), len(want))
+		}
+		for i, r := range out {
+			if string(r.Value) != want[i] {
+				t.Fatalf("output %d is %s, want %s", i, r.Value, want[i])
+			}
+		}
+	}
+	tk := o.rt.tasks[0]
+	if tk == nil || tk.spare == nil {
+		t.Fatal("the task does not reuse its chunks")
+	}
+	chunks := fetches * ((n + aheadChunk - 1) / aheadChunk)
+	if tk.made > aheadChunks+2 {
+		t.Errorf("the decoder allocated %d chunks' memory for %d chunks, want at most %d", tk.made, chunks, aheadChunks+2)
+	}
+}

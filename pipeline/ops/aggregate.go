@@ -200,6 +200,11 @@ func fieldsHash(fields []aggField) string {
 func (a *aggregate) Outputs() []string   { return nil }
 func (a *aggregate) Fingerprint() string { return a.fp }
 
+// KeepsNoRecords: emitting on every update, the operator emits the record
+// it folded before Process returns; emitting at checkpoints, it keeps each
+// changed key's last record until then (pipeline.Forgetter).
+func (a *aggregate) KeepsNoRecords() bool { return a.emit != "checkpoint" }
+
 // MergesInputs: with emit: checkpoint, one output stands for every input
 // of its key in the checkpoint.
 func (a *aggregate) MergesInputs() (sub, what, instead string) {

@@ -17,6 +17,10 @@ type stateless struct {
 func (s stateless) Outputs() []string                                      { return s.outputs }
 func (s stateless) NewOperator(pipeline.TaskID) (pipeline.Operator, error) { return s.op, nil }
 
+// KeepsNoRecords: the stateless operators emit what they make of a
+// record, or drop it, before Process returns (pipeline.Forgetter).
+func (s stateless) KeepsNoRecords() bool { return true }
+
 // ChangesKeys reports whether the operator sets record keys: a map or a
 // flat_map with a key expression.
 func (s stateless) ChangesKeys() bool {
