@@ -258,6 +258,41 @@ type Evaluator struct {
 	fields DecodeBuffer
 }
 
+// EvalInt evaluates e against r for a caller that keeps whole numbers
+// unboxed: ok is true, and n the value, when Eval would return the int n;
+// false when Eval would return something else, or fail, or when telling
+// would take Eval's work (call Eval then). Fields of JSON values read as
+// they were written are read without building them.
+func (ev *Evaluator) EvalInt(e *Expr, r *Record) (n int, ok bool) {
+	if e.direct == directValueField {
+		v := &r.Value
+		if v.load() != nil || !v.split || v.decoded {
+			return 0, false
+		}
+		f := v.fieldAt(e.field)
+		if f == nil {
+			return 0, false
+		}
+		if f.Value == nil {
+			return f.RawInt()
+		}
+		n, ok = f.Value.(int)
+		return n, ok
+	}
+	if e.fast == nil || e.direct != notDirect {
+		return 0, false
+	}
+	env, err := ev.readyFast(e, r, nil)
+	if err != nil {
+		return 0, false
+	}
+	x, ok := e.fast(env)
+	if !ok || x.k != vInt {
+		return 0, false
+	}
+	return x.i(), true
+}
+
 // Reuse lets the evaluator build the values EvalValue returns in the
 // memory of those it returned before: call it only when none of them is
 // used any more. The engine does, between batches, in a graph whose steps

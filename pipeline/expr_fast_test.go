@@ -503,3 +503,39 @@ func TestEvaluatorReuse(t *testing.T) {
 		t.Errorf("second object %s, want a null a", got)
 	}
 }
+
+// TestEvalIntAgreesWithEval: wherever EvalInt answers, Eval returns the
+// same int; and it answers for whole numbers read as written and for
+// arithmetic on them.
+func TestEvalIntAgreesWithEval(t *testing.T) {
+	exprs := []string{"value.x", "value.x * 2", "value.x + value.y", "-value.x", "value.x / 2", "value.s", "len(value.s)", "offset", "value.x % 7", "value"}
+	values := []string{`{"x":12,"y":3,"s":"ab"}`, `{"x":-40000,"y":0}`, `{"x":1234567890123456789}`, `{"x":2.5}`, `{"x":"7"}`, `{"x":null}`, `{}`,
+		`{"x":-0}`, `{"x":1e3}`, `{"x":{"a":1}}`, `[1,2]`, `{"x":`, `{"x":12,"x":13}`}
+	answered := 0
+	for _, src := range exprs {
+		e, err := CompileExpr(src, AnyResult)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range values {
+			for _, reads := range []ValueReads{{Fields: []string{"x", "y", "s"}}, {Whole: true}} {
+				d := NewDecoding(String, JSON, reads)
+				r := new(Record)
+				r.Read(&kgo.Record{Value: []byte(in), Offset: 9}, d)
+				var ev Evaluator
+				n, ok := ev.EvalInt(e, r)
+				x, err := ev.Eval(e, r)
+				if !ok {
+					continue
+				}
+				answered++
+				if got, isInt := x.(int); err != nil || !isInt || got != n {
+					t.Errorf("%s of %s: EvalInt %d, Eval %#v (%v)", src, in, n, x, err)
+				}
+			}
+		}
+	}
+	if answered < 10 {
+		t.Errorf("EvalInt answered %d times, want whole numbers read and computed", answered)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
@@ -249,9 +250,10 @@ type aggregateOp struct {
 	// the store's generation they are of. nil when the state has a TTL.
 	cache map[string]*aggEntry
 	gen   uint64
-	// saved is scratch space to undo a record's partial fold, and vals to
-	// encode a stored accumulator.
+	// saved and savedInts are scratch space to undo a record's partial
+	// fold, and vals to encode a stored accumulator.
 	saved, vals []any
+	savedInts   []int
 	// chunk holds output values, many to an allocation (encodeResult).
 	chunk codec.Chunk
 }
@@ -278,9 +280,22 @@ type aggEntry struct {
 	// vals holds the fields' accumulators, absent for a field with none
 	// yet; nil once rolled back, when the store's is the current one.
 	vals []any
+	// ints holds, by field index, the accumulators that are ints, where
+	// vals holds inInts: counted, summed and kept without boxing each
+	// new value (three boxes a record were a keyed count's largest
+	// allocation once its records' memory was reused).
+	ints []int
 	// last is, with emit: checkpoint, the key's last record since the
 	// last checkpoint; nil if none.
 	last *pipeline.Record
+}
+
+// val returns field i's accumulator, boxed.
+func (e *aggEntry) val(i int) any {
+	if e.vals[i] == inInts {
+		return e.ints[i]
+	}
+	return e.vals[i]
 }
 
 // absent stands in aggEntry.vals for a field with no accumulator: an
@@ -288,6 +303,11 @@ type aggEntry struct {
 var absent any = absentField{}
 
 type absentField struct{}
+
+// inInts stands in aggEntry.vals for an accumulator kept in ints.
+var inInts any = intsField{}
+
+type intsField struct{}
 
 func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	key, err := r.KeyBytes()
@@ -310,7 +330,7 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 			e.last = r
 			return nil
 		}
-		out, err = o.encodeVals(e.vals)
+		out, err = o.encodeVals(e.vals, e.ints)
 	} else {
 		acc, err := o.foldStored(ctx, key, r)
 		if err != nil {
@@ -369,13 +389,19 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 		if err != nil {
 			return nil, err
 		}
-		e = &aggEntry{key: string(key), vals: o.valsOf(acc, make([]any, 0, len(o.def.fields)))}
+		n := len(o.def.fields)
+		e = &aggEntry{key: string(key), vals: o.valsOf(acc, make([]any, 0, n)), ints: make([]int, n)}
 	}
 	o.saved = append(o.saved[:0], e.vals...)
+	o.savedInts = append(o.savedInts[:0], e.ints...)
 	for i, f := range o.def.fields {
-		x, err := f.foldValue(ctx.Eval(), e.vals[i], r)
+		if f.foldInt(ctx.Eval(), e, i, r) {
+			continue
+		}
+		x, err := f.foldValue(ctx.Eval(), e.val(i), r)
 		if err != nil {
 			copy(e.vals, o.saved)
+			copy(e.ints, o.savedInts)
 			return nil, fmt.Errorf("field %s: %w", f.name, err)
 		}
 		e.vals[i] = x
@@ -415,7 +441,7 @@ func (o *aggregateOp) writeBack() error {
 		acc := make(map[string]any, len(e.vals))
 		for i, f := range o.def.fields {
 			if e.vals[i] != absent {
-				acc[f.name] = e.vals[i]
+				acc[f.name] = e.val(i)
 			}
 		}
 		if err := o.acc.Put([]byte(k), acc); err != nil {
@@ -447,7 +473,7 @@ func (o *aggregateOp) Flush(ctx pipeline.Context) error {
 			var out []byte
 			var err error
 			if e.vals != nil {
-				out, err = o.encodeVals(e.vals)
+				out, err = o.encodeVals(e.vals, e.ints)
 			} else {
 				// Rolled back: the store's is the current one.
 				acc, ok, gerr := o.acc.Get([]byte(e.key))
@@ -505,11 +531,12 @@ func (o *aggregateOp) Flush(ctx pipeline.Context) error {
 // the value decodes it, as it would a record read from a topic.
 func (o *aggregateOp) encodeResult(acc map[string]any) ([]byte, error) {
 	o.vals = o.valsOf(acc, o.vals[:0])
-	return o.encodeVals(o.vals)
+	return o.encodeVals(o.vals, nil)
 }
 
-// encodeVals is encodeResult of the accumulators by field index.
-func (o *aggregateOp) encodeVals(vals []any) ([]byte, error) {
+// encodeVals is encodeResult of the accumulators by field index: vals,
+// and ints where vals holds inInts.
+func (o *aggregateOp) encodeVals(vals []any, ints []int) ([]byte, error) {
 	b := o.chunk.Tail()
 	b = append(b, '{')
 	var err error
@@ -518,6 +545,10 @@ func (o *aggregateOp) encodeVals(vals []any) ([]byte, error) {
 			b = append(b, ',')
 		}
 		b = append(b, f.jsonName...)
+		if vals[i] == inInts {
+			b = strconv.AppendInt(b, int64(ints[i]), 10)
+			continue
+		}
 		if b, err = codec.AppendJSON(b, f.result(vals[i])); err != nil {
 			return nil, fmt.Errorf("field %s: %w", f.name, err)
 		}
@@ -556,6 +587,47 @@ func (f *aggField) fold(ev *pipeline.Evaluator, acc map[string]any, r *pipeline.
 	}
 	acc[f.name] = x
 	return nil
+}
+
+// foldInt folds r into field i of e where the accumulator stays an int:
+// a count; the sum, first or last of whole numbers that Evaluator.EvalInt
+// reads without boxing. It reports false, having changed nothing, where
+// foldValue must fold r.
+func (f *aggField) foldInt(ev *pipeline.Evaluator, e *aggEntry, i int, r *pipeline.Record) bool {
+	cur := e.vals[i]
+	var n int // the accumulator, if it is an int
+	switch cur {
+	case inInts:
+		n = e.ints[i]
+	case absent:
+	default:
+		var ok bool
+		if n, ok = cur.(int); !ok && f.kind != aggCount && f.kind != aggLast {
+			return false
+		}
+	}
+	switch f.kind {
+	case aggCount:
+		if f.expr != nil {
+			return false // a count of something else: foldValue checks it
+		}
+		n++
+	case aggSum, aggFirst, aggLast:
+		x, ok := ev.EvalInt(f.expr, r)
+		if !ok {
+			return false
+		}
+		switch {
+		case f.kind == aggLast, cur == absent:
+			n = x
+		case f.kind == aggSum:
+			n += x
+		}
+	default:
+		return false
+	}
+	e.ints[i], e.vals[i] = n, inInts
+	return true
 }
 
 // foldValue returns the field's accumulator cur (absent if none) with r

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/pipeline-run/pipeline/pipeline/ops"
 	"github.com/pipeline-run/pipeline/pipeline/optest"
 	"github.com/pipeline-run/pipeline/pipeline/state"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestAggregateKeepsAccumulatorsRight drives an aggregate (which keeps the
@@ -223,5 +225,142 @@ func TestAggregateEmitCheckpointAfterARollback(t *testing.T) {
 	}
 	if got := flush(); got != "" {
 		t.Fatalf("a checkpoint with no change wrote %s", got)
+	}
+}
+
+// TestAggregateFoldsIntsAsTheirValues drives a count, sum, first and last
+// over records decoded field by field, as the engine reads them (whole
+// numbers kept as read, folded without boxing), mixed with fractions,
+// strings that fail the sum, checkpoints and an abort. Every output is
+// checked against the accumulators computed here from the input.
+func TestAggregateFoldsIntsAsTheirValues(t *testing.T) {
+	open := statefulOpener(t, "agg", "aggregate", map[string]any{"fields": map[string]any{
+		"n": "count", "s": map[string]any{"sum": "value.x"}, "f": map[string]any{"first": "value.x"},
+		"l": map[string]any{"last": "value.x"}, "d": map[string]any{"sum": "value.x * 2"}}})
+	st, op := open()
+	ctx := optest.NewContext(t)
+	dec := pipeline.NewDecoding(pipeline.String, pipeline.JSON, pipeline.ValueReads{Fields: []string{"x"}})
+	type acc struct {
+		n        int
+		s, d     float64
+		frac     bool // s and d are no longer whole
+		f, l     string
+		has      bool
+		saved    *acc // at the last commit
+		inflight bool
+	}
+	keys := map[string]*acc{}
+	num := func(x float64, frac bool) string {
+		if frac {
+			return strconv.FormatFloat(x, 'f', -1, 64) // as encoding/json writes it
+		}
+		return fmt.Sprint(int64(x))
+	}
+	for i := range 3000 {
+		key := fmt.Sprintf("k%d", i*7%13)
+		var raw string
+		var x float64
+		var isNum, isFrac bool
+		switch {
+		case i%97 == 5:
+			raw = `"bad"`
+		case i%89 == 7:
+			x, isNum, isFrac = float64(i)+0.5, true, true
+			raw = fmt.Sprint(x)
+		default:
+			x, isNum = float64(i*31-40000), true
+			raw = fmt.Sprint(int64(x))
+		}
+		r := new(pipeline.Record)
+		r.Read(&kgo.Record{Key: []byte(key), Value: []byte(`{"x":` + raw + `}`)}, dec)
+		n := len(ctx.Emitted(""))
+		err := op.Process(ctx, r)
+		a := keys[key]
+		if a == nil {
+			a = &acc{}
+			keys[key] = a
+		}
+		if !isNum {
+			if err == nil {
+				t.Fatalf("record %d: a sum of a string folded", i)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		a.n++
+		a.s += x
+		a.d += 2 * x
+		a.frac = a.frac || isFrac
+		if !a.has {
+			a.f, a.has = raw, true
+		}
+		a.l = raw
+		want := fmt.Sprintf(`{"d":%s,"f":%s,"l":%s,"n":%d,"s":%s}`, num(a.d, a.frac), a.f, a.l, a.n, num(a.s, a.frac))
+		if got := values(t, ctx.Emitted("")[n:]); got != want {
+			t.Fatalf("record %d (%s of %s): %s, want %s", i, raw, key, got, want)
+		}
+		switch i % 500 {
+		case 250: // a checkpoint
+			if err := op.(pipeline.Flusher).Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st.Changes()
+			if err := st.Commit(-1); err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range keys {
+				c := *a
+				a.saved = &c
+			}
+		case 499: // an abort: back to the last checkpoint
+			if err := st.Abort(); err != nil {
+				t.Fatal(err)
+			}
+			for k, a := range keys {
+				if a.saved == nil {
+					keys[k] = &acc{}
+				} else {
+					c := *a.saved
+					c.saved = a.saved
+					keys[k] = &c
+				}
+			}
+		}
+	}
+	_ = st
+}
+
+// TestAggregateFoldsIntsUnboxed: folding a record of whole numbers into a
+// cached key's count, sum, first and last allocates nothing per record
+// (each new int boxed was three allocations a record).
+func TestAggregateFoldsIntsUnboxed(t *testing.T) {
+	_, op := statefulOpener(t, "agg", "aggregate", map[string]any{"fields": map[string]any{
+		"n": "count", "s": map[string]any{"sum": "value.x"}, "f": map[string]any{"first": "value.x"},
+		"l": map[string]any{"last": "value.ts"}, "d": map[string]any{"sum": "value.x * 2"}}})()
+	ctx := optest.NewContext(t)
+	dec := pipeline.NewDecoding(pipeline.String, pipeline.JSON, pipeline.ValueReads{Fields: []string{"x", "ts"}})
+	var buf pipeline.DecodeBuffer
+	recs := make([]*pipeline.Record, 300)
+	for i := range recs {
+		recs[i] = new(pipeline.Record)
+		recs[i].Read(&kgo.Record{Key: []byte("k"), Value: fmt.Appendf(nil, `{"x":%d,"ts":%d}`, 100000+i, 1795955790878123+i)}, dec)
+		recs[i].Preload(&buf)
+	}
+	next := 0
+	process := func() {
+		if err := op.Process(ctx, recs[next]); err != nil {
+			t.Fatal(err)
+		}
+		next++
+	}
+	process() // the key's entry
+	if allocs := testing.AllocsPerRun(200, process); allocs >= 1 {
+		t.Errorf("%.0f allocations a record, want none", allocs)
+	}
+	if got, want := values(t, ctx.Emitted("")[next-1:]), fmt.Sprintf(`{"d":%d,"f":100000,"l":%d,"n":%d,"s":%d}`,
+		2*(100000*next+next*(next-1)/2), 1795955790878123+next-1, next, 100000*next+next*(next-1)/2); got != want {
+		t.Errorf("last output %s, want %s", got, want)
 	}
 }
