@@ -428,6 +428,22 @@ func (r *Record) Clone() *Record {
 	return &c
 }
 
+// CopyWithoutValue copies r to dst, as Clone would, but for its value,
+// which it leaves empty: for an operator that emits dst later with a value
+// of its own and keeps nothing of r (a Forgetter). dst's headers are
+// reused.
+func (r *Record) CopyWithoutValue(dst *Record) {
+	h := dst.Headers[:0]
+	r.shared = r.origin != nil
+	*dst = *r
+	dst.Value = Value{}
+	dst.Headers = nil
+	if r.Headers != nil {
+		dst.Headers = append(h, r.Headers...)
+	}
+	dst.Key.fields = slices.Clone(r.Key.fields)
+}
+
 // Header returns the value of the last header named k.
 func (r *Record) Header(k string) ([]byte, bool) {
 	for i := len(r.Headers) - 1; i >= 0; i-- {

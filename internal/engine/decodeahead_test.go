@@ -201,7 +201,7 @@ func TestGraphForgets(t *testing.T) {
 		`[]`: true,
 		`[{filter: "value.t > 3"}, {map: "{t: value.t}"}, {flat_map: {values: "[value.t]"}}, {name: r, route: [{a: "value.t > 5"}]}]`: true,
 		`[{aggregate: {fields: {n: count}}}]`:                         true,
-		`[{aggregate: {fields: {n: count}, emit: checkpoint}}]`:       false,
+		`[{aggregate: {fields: {n: count}, emit: checkpoint}}]`:       true,
 		`[{window: {tumbling: 1m, fields: {n: count}}}]`:              false,
 		`[{parallel: {map: "{t: value.t}"}}]`:                         false,
 		`[{key_by: value.t}, {filter: "value.t > 3"}]`:                false,

@@ -202,9 +202,10 @@ func (a *aggregate) Outputs() []string   { return nil }
 func (a *aggregate) Fingerprint() string { return a.fp }
 
 // KeepsNoRecords: emitting on every update, the operator emits the record
-// it folded before Process returns; emitting at checkpoints, it keeps each
-// changed key's last record until then (pipeline.Forgetter).
-func (a *aggregate) KeepsNoRecords() bool { return a.emit != "checkpoint" }
+// it folded before Process returns; emitting at checkpoints, it keeps a
+// copy of each changed key's last record, made with CopyWithoutValue, not
+// the record (pipeline.Forgetter).
+func (a *aggregate) KeepsNoRecords() bool { return true }
 
 // MergesInputs: with emit: checkpoint, one output stands for every input
 // of its key in the checkpoint.
@@ -237,8 +238,9 @@ type aggregateOp struct {
 	def *aggregate
 	st  *state.Store
 	acc *state.Value[map[string]any]
-	// dirty holds, with emit: checkpoint and a TTL, the last record of
-	// every key changed since the last checkpoint. Through a pointer, so
+	// dirty holds, with emit: checkpoint and a TTL, a copy of the last
+	// record of every key changed since the last checkpoint
+	// (CopyWithoutValue). Through a pointer, so
 	// that a key changed again is updated without making its string again.
 	// Without a TTL, changed does (aggEntry.last).
 	dirty   map[string]*lastRecord
@@ -285,8 +287,8 @@ type aggEntry struct {
 	// new value (three boxes a record were a keyed count's largest
 	// allocation once its records' memory was reused).
 	ints []int
-	// last is, with emit: checkpoint, the key's last record since the
-	// last checkpoint; nil if none.
+	// last is, with emit: checkpoint, a copy of the key's last record
+	// since the last checkpoint (CopyWithoutValue); nil if none.
 	last *pipeline.Record
 }
 
@@ -326,8 +328,9 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 		if o.def.emit == "checkpoint" {
 			if e.last == nil {
 				o.changed = append(o.changed, e)
+				e.last = new(pipeline.Record)
 			}
-			e.last = r
+			r.CopyWithoutValue(e.last)
 			return nil
 		}
 		out, err = o.encodeVals(e.vals, e.ints)
@@ -337,11 +340,12 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 			return err
 		}
 		if o.def.emit == "checkpoint" {
-			if last := o.dirty[string(key)]; last != nil {
-				last.r = r
-			} else {
-				o.dirty[string(key)] = &lastRecord{r}
+			last := o.dirty[string(key)]
+			if last == nil {
+				last = &lastRecord{new(pipeline.Record)}
+				o.dirty[string(key)] = last
 			}
+			r.CopyWithoutValue(last.r)
 			return nil
 		}
 		out, err = o.encodeResult(acc)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/pipeline-run/pipeline/pipeline/ops"
@@ -362,5 +363,55 @@ func TestAggregateFoldsIntsUnboxed(t *testing.T) {
 	if got, want := values(t, ctx.Emitted("")[next-1:]), fmt.Sprintf(`{"d":%d,"f":100000,"l":%d,"n":%d,"s":%d}`,
 		2*(100000*next+next*(next-1)/2), 1795955790878123+next-1, next, 100000*next+next*(next-1)/2); got != want {
 		t.Errorf("last output %s, want %s", got, want)
+	}
+}
+
+// TestAggregateKeepsNoRecord: an aggregate says it keeps no record
+// (pipeline.Forgetter), so the engine may reuse a record's memory once
+// Process returns. Each input here is read into the same Record, as a
+// reused chunk would be: what emit: checkpoint writes at the checkpoint is
+// still each key's last record (key, header, time) with its count, as
+// computed here from the input, with and without a TTL.
+func TestAggregateKeepsNoRecord(t *testing.T) {
+	for _, ttl := range []string{"", "1h"} {
+		args := map[string]any{"fields": map[string]any{"n": "count", "s": map[string]any{"last": "value.seq"}}, "emit": "checkpoint"}
+		if ttl != "" {
+			args["ttl"] = ttl
+		}
+		open := statefulOpener(t, "agg", "aggregate", args)
+		st, op := open()
+		ctx := optest.NewContext(t)
+		dec := pipeline.NewDecoding(pipeline.String, pipeline.JSON, pipeline.ValueReads{Fields: []string{"seq"}})
+		var r pipeline.Record
+		count, last := map[string]int{}, map[string]int{}
+		for seq := range 500 {
+			k := fmt.Sprintf("k%d", seq*7%23)
+			r = pipeline.Record{}
+			r.Read(&kgo.Record{Key: []byte(k), Value: fmt.Appendf(nil, `{"seq":%d}`, seq), Timestamp: time.UnixMilli(int64(1000 + seq)),
+				Headers: []kgo.RecordHeader{{Key: "h", Value: fmt.Appendf(nil, "%d", seq)}}}, dec)
+			if err := op.Process(ctx, &r); err != nil {
+				t.Fatal(err)
+			}
+			count[k]++
+			last[k] = seq
+		}
+		if err := op.(pipeline.Flusher).Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st.Changes()
+		out := ctx.Emitted("")
+		if len(out) != len(last) {
+			t.Fatalf("ttl %q: %d outputs for %d keys", ttl, len(out), len(last))
+		}
+		for _, o := range out {
+			k := string(o.Key.Raw())
+			s := last[k]
+			v, _ := o.Value.Encode(pipeline.JSON)
+			h, _ := o.Header("h")
+			if want := fmt.Sprintf(`{"n":%d,"s":%d}`, count[k], s); string(v) != want || string(h) != fmt.Sprint(s) || o.Timestamp.UnixMilli() != int64(1000+s) {
+				t.Errorf("ttl %q key %s: %s, header %s, time %d; want %s of seq %d", ttl, k, v, h, o.Timestamp.UnixMilli(), want, s)
+			}
+		}
+		_ = st.Close()
 	}
 }
