@@ -216,6 +216,7 @@ func (t *task) decodeAhead() {
 			n := min(len(w.recs), aheadChunk)
 			chunk := work{recs: w.recs[:n:n], flush: -1}
 			w.recs = w.recs[n:]
+			fields := &buf // the chunk's own when it has an aheadMem
 			for i, kr := range chunk.recs {
 				if src == nil || kr.Topic != srcTopic {
 					src, srcTopic = t.rt.g.byTopic[kr.Topic], kr.Topic
@@ -225,18 +226,14 @@ func (t *task) decodeAhead() {
 				}
 				if chunk.pre == nil {
 					if chunk.mem = t.aheadMem(); chunk.mem != nil {
-						chunk.pre = chunk.mem.recs[:n]
+						chunk.pre, fields = chunk.mem.recs[:n], &chunk.mem.fields
 					} else {
 						chunk.pre = make([]pipeline.Record, n)
 					}
 				}
 				r := &chunk.pre[i]
 				r.Read(kr, src.dec)
-				if chunk.mem != nil {
-					r.Preload(&chunk.mem.fields)
-				} else {
-					r.Preload(&buf)
-				}
+				r.Preload(fields)
 			}
 			t.in <- chunk
 		}
