@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
@@ -256,6 +257,58 @@ type Evaluator struct {
 	// fields holds the fields of the object literals EvalValue returns,
 	// many to an allocation.
 	fields DecodeBuffer
+	// json, when set, holds the object literals EvalValue returns written
+	// as JSON (WriteObjectsAsJSON).
+	json *codec.Chunk
+}
+
+// WriteObjectsAsJSON makes EvalValue return the object literals it builds
+// without the expression VM as their JSON, written at once, rather than as
+// fields that a sink would encode later: the engine calls it for a step
+// whose one reader is a sink writing values as they are. A step that reads
+// such a value decodes it, as it would a record read from a topic.
+func (ev *Evaluator) WriteObjectsAsJSON() { ev.json = new(codec.Chunk) }
+
+// WritesObjectsAsJSON reports whether WriteObjectsAsJSON was called.
+func (ev *Evaluator) WritesObjectsAsJSON() bool { return ev.json != nil }
+
+// appendObject writes o as JSON to ev.json, byte for byte as the fields
+// EvalValue would build are written (codec.AppendJSONFields); ok is false,
+// and nothing kept, where the VM must answer or a value has no JSON.
+func (ev *Evaluator) appendObject(o *fastObject, env *fastEnv) ([]byte, bool) {
+	in := &env.r.Value
+	copies := in.split && !in.decoded
+	b := append(ev.json.Tail(), '{')
+	var err error
+	for i, f := range o.vals {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, o.names[i]...)
+		if copies && o.from[i] != "" {
+			switch src := in.fieldAt(o.from[i]); {
+			case src == nil:
+				b = append(b, "null"...)
+			case src.Raw != nil:
+				b = append(b, src.Raw...) // as read
+			default:
+				if b, err = codec.AppendJSON(b, src.Value); err != nil {
+					return nil, false
+				}
+			}
+			continue
+		}
+		v, ok := f(env)
+		if !ok {
+			return nil, false
+		}
+		if v.k == vInt || v.k == vInt|k64 {
+			b = strconv.AppendInt(b, int64(v.i()), 10)
+		} else if b, err = codec.AppendJSON(b, v.box()); err != nil {
+			return nil, false
+		}
+	}
+	return ev.json.Keep(append(b, '}')), true
 }
 
 // EvalInt evaluates e against r for a caller that keeps whole numbers
@@ -361,6 +414,11 @@ func (ev *Evaluator) EvalValue(e *Expr, r *Record) (Value, error) {
 		env, err := ev.readyFast(e, r, nil)
 		if err != nil {
 			return Value{}, err
+		}
+		if ev.json != nil {
+			if b, ok := ev.appendObject(o, env); ok {
+				return RawValue(b, JSON), nil
+			}
 		}
 		fs := ev.fields.take(len(o.keys))[:len(o.keys)]
 		in := &r.Value

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/expr-lang/expr/ast"
+
+	"github.com/pipeline-run/pipeline/internal/codec"
 )
 
 // The fast evaluator runs the common shapes of expression — field reads,
@@ -228,6 +230,9 @@ type fastObject struct {
 	// value.<field> ("" otherwise): EvalValue copies such a field as it
 	// was read, not decoding it only to encode it again.
 	from []string
+	// names are the keys as JSON strings, each with its colon, for
+	// EvalValue writing the object as JSON (Evaluator.WriteObjectsAsJSON).
+	names [][]byte
 }
 
 // fastObjectOf returns node's fastObject if node is an object literal
@@ -266,6 +271,11 @@ func fastObjectOf(node ast.Node) *fastObject {
 		}
 	}
 	o.keys, o.vals, o.from = keys, vals, from
+	o.names = make([][]byte, len(keys))
+	for i, k := range keys {
+		b, _ := codec.AppendJSON(nil, k)
+		o.names[i] = append(b, ':')
+	}
 	return o
 }
 

@@ -306,6 +306,18 @@ func checkEvalValue(t *testing.T, e *Expr, r *Record, want any, werr error) {
 	if (err == nil) != (werr2 == nil) || string(b) != string(wb) {
 		t.Errorf("%s: EvalValue writes %s (%v), the VM's result %s (%v)", e.src, b, err, wb, werr2)
 	}
+	// Written as JSON at once, for a sink (WriteObjectsAsJSON): the same
+	// bytes.
+	var jev Evaluator
+	jev.WriteObjectsAsJSON()
+	jv, err := jev.EvalValue(e, r)
+	if err != nil {
+		t.Errorf("%s: EvalValue writing JSON: %v", e.src, err)
+		return
+	}
+	if jb, err := jv.Encode(JSON); (err == nil) != (werr2 == nil) || string(jb) != string(wb) {
+		t.Errorf("%s: EvalValue writing JSON writes %s (%v), the VM's result %s (%v)", e.src, jb, err, wb, werr2)
+	}
 	if ab, ok, err := v.AppendJSON([]byte("x")); ok && (fmt.Sprint(err) != fmt.Sprint(werr2) || err == nil && string(ab) != "x"+string(wb)) {
 		t.Errorf("%s: EvalValue appends %s (%v), the VM's result is %s (%v)", e.src, ab, err, wb, werr2)
 	} else if !ok && string(b) != string(wb) {

@@ -187,3 +187,53 @@ func sameRecord(got, want *kgo.Record) string {
 	}
 	return ""
 }
+
+// TestStepsFeedingASinkWriteJSON: a step writes its object literals as
+// JSON at once exactly where its one reader is a sink that writes values
+// as they are, as JSON; and a map so written reaches the topic byte for
+// byte as the fields would have.
+func TestStepsFeedingASinkWriteJSON(t *testing.T) {
+	const src = "sources: {in: {topics: [in]}}\n"
+	const m = `{name: m, map: "{seq: value.seq, twice: value.seq * 2, s: value.s}"}`
+	for _, c := range []struct {
+		name, body string
+		json       bool
+	}{
+		{"a map to a sink", src + "steps: [" + m + "]\nsinks: {out: {topic: out}}\n", true},
+		{"a map to a filter", src + "steps: [" + m + ", {filter: \"value.seq > 1\"}]\nsinks: {out: {topic: out}}\n", false},
+		{"a string sink", src + "steps: [" + m + "]\nsinks: {out: {topic: out, format: string}}\n", false},
+		{"a key expression", src + "steps: [" + m + "]\nsinks: {out: {topic: out, key: value.seq}}\n", false},
+		{"a header expression", src + "steps: [" + m + "]\nsinks: {out: {topic: out, headers: {h: value.s}}}\n", false},
+		{"two sinks", src + "steps: [" + m + "]\nsinks: {a: {topic: a}, b: {topic: b, from: m}}\n", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newOffline(t, c.body, nil)
+			if got := feedsSinkAsIs(o.rt.g.byName["m"]); got != c.json {
+				t.Fatalf("writes JSON %v, want %v", got, c.json)
+			}
+			out := o.feed(rec("in", 0, 0, "k", `{"s":"a\u00e9<b>\"","seq":-3,"pad":"x"}`), rec("in", 0, 1, "k", `{"seq":2.5}`))
+			for _, tk := range o.rt.tasks {
+				if got := tk.ctxs[o.rt.g.byName["m"].idx].eval.WritesObjectsAsJSON(); got != c.json {
+					t.Fatalf("task's evaluator writes JSON %v, want %v", got, c.json)
+				}
+			}
+			if len(o.rt.tasks) == 0 {
+				t.Fatal("no task ran")
+			}
+			var got []string
+			for _, r := range out {
+				got = append(got, string(r.Value))
+			}
+			want := []string{`{"s":"aé\u003cb\u003e\"","seq":-3,"twice":-6}`, `{"s":null,"seq":2.5,"twice":5}`}
+			if c.name == "a map to a filter" {
+				want = want[1:]
+			}
+			if c.name == "a string sink" || c.name == "two sinks" {
+				return // not what this test is about
+			}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Fatalf("outputs %s, want %s", got, want)
+			}
+		})
+	}
+}

@@ -157,6 +157,9 @@ func newTask(rt *runtime, id pipeline.TaskID) (*task, backlog, error) {
 		}
 		t.ops[n.idx] = op
 		t.ctxs[n.idx] = &opContext{Context: t.ctx, task: t, node: n, log: rt.log.With("step", n.name, "task", id)}
+		if feedsSinkAsIs(n) {
+			t.ctxs[n.idx].eval.WriteObjectsAsJSON()
+		}
 	}
 	tt, err := newTaskTime(rt, t)
 	if err != nil {
