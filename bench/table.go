@@ -144,9 +144,8 @@ func FormatRatios(w io.Writer, arms []string, rows []Row) {
 }
 
 // passRatioArms are the arms the ratio table also compares with the
-// pass-through: what a stateful step costs over the pipeline that only
-// copies.
-var passRatioArms = []string{"windowed-count"}
+// pass-through: what a step costs over the pipeline that only copies.
+var passRatioArms = []string{"filter-map", "keyed-count", "keyed-count-cp", "windowed-count"}
 
 // writeMarkdown writes t (a header row and data rows) as a Markdown table
 // with padded columns; align holds l or r per column.
