@@ -178,6 +178,12 @@ func (w *window) Outputs() []string { return w.lateOut.outputs() }
 func (w *window) Fingerprint() string { return w.fp }
 func (w *window) UsesEventTime() bool { return !w.procTime }
 
+// KeepsNoRecords: the operator folds a record into its windows, whose
+// accumulators hold decoded values and whose keys are copies, and sends a
+// late one on before Process returns; a result is a record of its own
+// (pipeline.Forgetter).
+func (w *window) KeepsNoRecords() bool { return true }
+
 // MergesInputs: a window's result stands for all its records.
 func (w *window) MergesInputs() (sub, what, instead string) {
 	return ".fields", "a window writes one record for many inputs", "use aggregate with emit: update"
