@@ -15,6 +15,7 @@ import (
 
 	"github.com/pipeline-run/pipeline/config"
 	"github.com/pipeline-run/pipeline/internal/engine"
+	"github.com/pipeline-run/pipeline/internal/lz4frame"
 	"github.com/pipeline-run/pipeline/pipeline"
 )
 
@@ -265,7 +266,7 @@ func (e *env) processedAt() int64 {
 // ms linger, 50,000 buffered records).
 func tuning(linger time.Duration) []kgo.Opt {
 	return []kgo.Opt{
-		kgo.ProducerBatchCompression(kgo.Lz4Compression(), kgo.NoCompression()),
+		kgo.WithCompressor(lz4frame.NewCompressor()),
 		kgo.ProducerLinger(linger),
 		kgo.ProducerBatchMaxBytes(1 << 20),
 		kgo.MaxBufferedRecords(100000),

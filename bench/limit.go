@@ -36,7 +36,7 @@ var limitVariants = []copyVariant{
 	{name: "reuse", reuse: true},
 	{name: "reuse, linger 0", reuse: true, opts: []kgo.Opt{kgo.ProducerLinger(0)}},
 	{name: "reuse, linger 5ms", reuse: true, opts: []kgo.Opt{kgo.ProducerLinger(5 * time.Millisecond)}},
-	{name: "reuse, uncompressed", reuse: true, opts: []kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}},
+	{name: "reuse, uncompressed", reuse: true, opts: []kgo.Opt{kgo.WithCompressor(nil), kgo.ProducerBatchCompression(kgo.NoCompression())}},
 	{name: "reuse, two clients", reuse: true, split: true},
 	{name: "reuse, 1M buffered, 100 MiB fetches", reuse: true, opts: []kgo.Opt{
 		kgo.MaxBufferedRecords(1_000_000), kgo.MaxBufferedBytes(1 << 30),

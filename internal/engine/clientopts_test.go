@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/lz4frame"
 	"github.com/pipeline-run/pipeline/internal/testkit"
 )
 
@@ -82,8 +83,9 @@ func TestTransactOptsMapTheConfig(t *testing.T) {
 		{"batches are at most producer.batch_max_bytes", kgo.ProducerBatchMaxBytes, false, int32(345678), int32(mib)},
 		{"buffered records are at most producer.max_buffered_records", kgo.MaxBufferedRecords, false, int64(4321), int64(100000)},
 		{"buffered bytes are at most producer.max_buffered_bytes", kgo.MaxBufferedBytes, false, int64(98765432), 256 * mib},
+		// The default, lz4, is lz4frame's compressor: TestCompressionNames.
 		{"compression is producer.compression, falling back to none", kgo.ProducerBatchCompression, false,
-			[]kgo.CompressionCodec{kgo.ZstdCompression(), kgo.NoCompression()}, []kgo.CompressionCodec{kgo.Lz4Compression(), kgo.NoCompression()}},
+			[]kgo.CompressionCodec{kgo.ZstdCompression(), kgo.NoCompression()}, defaultCodecs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,19 +141,30 @@ func TestTransactOptsMapTheConfig(t *testing.T) {
 	})
 }
 
+// defaultCodecs is the client's codec list when none is set: with lz4 the
+// producer compresses with lz4frame's compressor instead.
+var defaultCodecs = []kgo.CompressionCodec{kgo.SnappyCompression(), kgo.NoCompression()}
+
 func TestCompressionNames(t *testing.T) {
 	none := kgo.NoCompression()
 	for name, want := range map[string][]kgo.CompressionCodec{
 		"none":   {none},
 		"gzip":   {kgo.GzipCompression(), none},
 		"snappy": {kgo.SnappyCompression(), none},
-		"lz4":    {kgo.Lz4Compression(), none},
+		"lz4":    nil,
 		"zstd":   {kgo.ZstdCompression(), none},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cl, _ := exactlyOnceClient(t, clientDefaults+"producer: {compression: "+name+"}\n")
-			if got := cl.OptValue(kgo.ProducerBatchCompression); !reflect.DeepEqual(got, want) {
-				t.Fatalf("got %v, want %v", got, want)
+			_, custom := cl.OptValue(kgo.WithCompressor).(*lz4frame.Compressor)
+			if want == nil {
+				if !custom {
+					t.Fatalf("lz4 compresses with %T, want *lz4frame.Compressor", cl.OptValue(kgo.WithCompressor))
+				}
+				return
+			}
+			if got := cl.OptValue(kgo.ProducerBatchCompression); custom || !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %v (lz4frame %v), want %v", got, custom, want)
 			}
 		})
 	}
