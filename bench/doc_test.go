@@ -21,6 +21,7 @@ func TestBenchmarksPageIsWhatTheCommittedResultsSay(t *testing.T) {
 		{"results/README.md", "results/kafka.json", "**Kafka 4.4.0**"},
 		{"results/README.md", "results/embedded.json", "**Embedded broker**"},
 		{"../docs/benchmarks.md", "results/kafka-kstreams.json", "**Kafka 4.4.0 against the limit and Kafka Streams**"},
+		{"../docs/benchmarks.md", "results/kafka-1k.json", "**Kafka 4.4.0, 1 KB records, against the limit and Kafka Streams**"},
 	} {
 		page, err := os.ReadFile(c.pageFile)
 		if err != nil {
@@ -64,6 +65,7 @@ func TestBenchmarksPageShowsTheKStreamsSweep(t *testing.T) {
 	}{
 		{"results/kafka-kstreams.json", 2},
 		{"results/kafka-joins.json", 0},
+		{"results/kafka-1k.json", 0},
 	} {
 		res, err := ReadJSON(c.file)
 		if err != nil {
