@@ -21,20 +21,38 @@ import (
 )
 
 const (
-	magic = 0x184D2204
-	// blockMax is the size of the blocks written: 4 MiB, the client's
-	// own lz4 codec's, so one block holds any batch we produce.
-	blockMax      = 4 << 20
+	magic         = 0x184D2204
 	uncompressBit = 1 << 31
 )
 
-// header is the frame header written: version 1, independent blocks, no
-// block or content checksum, no content size, 4 MiB blocks, and the header
-// checksum over those two bytes (taken from the reference writer once).
-var header = func() []byte {
+// blockSizes are the frame's block sizes, smallest first: a batch goes in
+// blocks of the smallest that holds it (4 MiB, the largest, for bigger
+// ones), since a reader allocates a buffer of the frame's block size.
+var blockSizes = []struct {
+	size   int
+	option lz4.BlockSize
+	header []byte
+}{
+	{64 << 10, lz4.Block64Kb, nil},
+	{256 << 10, lz4.Block256Kb, nil},
+	{1 << 20, lz4.Block1Mb, nil},
+	{4 << 20, lz4.Block4Mb, nil},
+}
+
+func init() {
+	for i := range blockSizes {
+		blockSizes[i].header = header(blockSizes[i].option, byte(4+i)<<4)
+	}
+}
+
+// header returns the frame header written for blocks of size bs: version
+// 1, independent blocks, no block or content checksum, no content size, and
+// the header checksum over those two bytes, taken from the reference
+// writer.
+func header(bs lz4.BlockSize, bd byte) []byte {
 	var b bytes.Buffer
 	w := lz4.NewWriter(&b)
-	if err := w.Apply(lz4.ChecksumOption(false), lz4.BlockChecksumOption(false), lz4.BlockSizeOption(lz4.Block4Mb)); err != nil {
+	if err := w.Apply(lz4.ChecksumOption(false), lz4.BlockChecksumOption(false), lz4.BlockSizeOption(bs)); err != nil {
 		panic(err)
 	}
 	if err := w.Close(); err != nil {
@@ -42,11 +60,11 @@ var header = func() []byte {
 	}
 	// magic (4) FLG BD HC, then the end mark.
 	h := b.Bytes()[:7]
-	if binary.LittleEndian.Uint32(h) != magic || h[4] != 0x60 || h[5] != 0x70 {
+	if binary.LittleEndian.Uint32(h) != magic || h[4] != 0x60 || h[5] != bd {
 		panic(fmt.Sprintf("lz4frame: unexpected reference header % x", h))
 	}
 	return bytes.Clone(h)
-}()
+}
 
 // Compressor writes lz4 frames; it is a kgo.Compressor.
 type Compressor struct{ pool sync.Pool }
@@ -60,12 +78,20 @@ func NewCompressor() *Compressor {
 // Compress implements kgo.Compressor.
 func (c *Compressor) Compress(dst *bytes.Buffer, src []byte, _ ...kgo.CompressFlag) ([]byte, kgo.CompressionCodecType) {
 	dst.Reset()
-	bound := len(header) + 4
+	bs := blockSizes[len(blockSizes)-1]
+	for _, b := range blockSizes {
+		if len(src) <= b.size {
+			bs = b
+			break
+		}
+	}
+	blockMax := bs.size
+	bound := len(bs.header) + 4
 	for n := len(src); n > 0; n -= blockMax {
 		bound += 4 + lz4.CompressBlockBound(min(n, blockMax))
 	}
 	dst.Grow(bound) // the pooled buffer grows once and holds the frame
-	out := append(dst.AvailableBuffer(), header...)
+	out := append(dst.AvailableBuffer(), bs.header...)
 	lc := c.pool.Get().(*lz4.Compressor)
 	defer c.pool.Put(lc)
 	for len(src) > 0 {

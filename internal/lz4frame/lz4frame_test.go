@@ -61,6 +61,15 @@ func TestFramesReadByTheReferenceReader(t *testing.T) {
 		if flg := frame[4]; flg&0x04 != 0 || flg&0x20 == 0 {
 			t.Fatalf("%s: frame flags %08b: want independent blocks and no content checksum", name, flg)
 		}
+		// Blocks of the smallest size that holds the batch: a reader
+		// allocates one of that size for every batch it decodes.
+		want := byte(0x40)
+		for size := 64 << 10; len(in) > size && want < 0x70; size *= 4 {
+			want += 0x10
+		}
+		if bd := frame[5]; bd != want {
+			t.Fatalf("%s: %d bytes in blocks of code %#x, want %#x", name, len(in), bd, want)
+		}
 		got, err := d.Decompress(frame, kgo.CodecLz4)
 		if err != nil || !bytes.Equal(got, in) {
 			t.Fatalf("%s: the client decodes %d bytes, %v; want the %d written", name, len(got), err, len(in))
