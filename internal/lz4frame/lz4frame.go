@@ -90,7 +90,7 @@ func (c *Compressor) Compress(dst *bytes.Buffer, src []byte, _ ...kgo.CompressFl
 	for n := len(src); n > 0; n -= blockMax {
 		bound += 4 + lz4.CompressBlockBound(min(n, blockMax))
 	}
-	dst.Grow(bound) // the pooled buffer grows once and holds the frame
+	dst.Grow(bound) // the pooled buffer grows once and holds the frame: out never outgrows it
 	out := append(dst.AvailableBuffer(), bs.header...)
 	lc := c.pool.Get().(*lz4.Compressor)
 	defer c.pool.Put(lc)
@@ -99,7 +99,6 @@ func (c *Compressor) Compress(dst *bytes.Buffer, src []byte, _ ...kgo.CompressFl
 		block := src[:n]
 		src = src[n:]
 		at := len(out)
-		out = grow(out, 4+lz4.CompressBlockBound(n))
 		out = out[:at+4+lz4.CompressBlockBound(n)]
 		m, err := lc.CompressBlock(block, out[at+4:])
 		if err != nil || m == 0 || m >= n {
@@ -113,14 +112,4 @@ func (c *Compressor) Compress(dst *bytes.Buffer, src []byte, _ ...kgo.CompressFl
 	}
 	out = binary.LittleEndian.AppendUint32(out, 0) // end mark
 	return out, kgo.CodecLz4
-}
-
-// grow returns b with room for n more bytes, its length unchanged.
-func grow(b []byte, n int) []byte {
-	if cap(b)-len(b) >= n {
-		return b
-	}
-	nb := make([]byte, len(b), max(2*cap(b), len(b)+n))
-	copy(nb, b)
-	return nb
 }
