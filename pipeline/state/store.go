@@ -139,6 +139,16 @@ func Reset(b Backend, name string, task int32) error {
 	return nil
 }
 
+// freshTimers counts the timers set since the last Changes, which the
+// store has not seen yet.
+func (s *Store) freshTimers() int {
+	n := 0
+	for _, t := range s.timers {
+		n += len(t.fresh)
+	}
+	return n
+}
+
 // Name returns the store's name.
 func (s *Store) Name() string { return s.name }
 
@@ -176,6 +186,9 @@ func (s *Store) AppliedOffset() int64 { return s.tab.appliedOffset() }
 func (s *Store) Changes() []ChangelogRecord {
 	if s.sealed || s.closed {
 		return s.changes
+	}
+	for _, t := range s.timers {
+		t.writeFresh()
 	}
 	// A key the memory table does not hold and the overlay deletes (one
 	// written and removed again since the last commit, as a join's
@@ -227,7 +240,7 @@ func (s *Store) Commit(lastOffset int64) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	if !s.sealed && (len(s.ov) > 0 || !s.fpLogged) {
+	if !s.sealed && (len(s.ov) > 0 || s.freshTimers() > 0 || !s.fpLogged) {
 		return s.errorf("commit: the changes were not collected with Changes")
 	}
 	ws := s.ws[:0]
@@ -266,6 +279,9 @@ func (s *Store) Abort() error {
 }
 
 func (s *Store) dropOverlay() {
+	for _, t := range s.timers {
+		clear(t.fresh)
+	}
 	clear(s.ov)
 	clear(s.ovGroups)
 	s.sealed = false
@@ -291,7 +307,7 @@ func (s *Store) Restore(recs []ChangelogRecord, lastOffset int64) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	if s.sealed || len(s.ov) > 0 {
+	if s.sealed || len(s.ov) > 0 || s.freshTimers() > 0 {
 		return s.errorf("restore: the store has uncommitted changes (Abort them first)")
 	}
 	applied := s.tab.appliedOffset()
@@ -432,6 +448,12 @@ func (s *Store) Stats() Stats {
 	st := Stats{Keys: ts.keys, Dirty: len(s.ov), Bytes: ts.bytes, DiskBytes: ts.diskBytes, Expired: s.expired}
 	for k, e := range s.ov {
 		st.Bytes += int64(len(k)+len(e.val)) + 64
+	}
+	for _, t := range s.timers {
+		st.Dirty += len(t.fresh)
+		for mk := range t.fresh {
+			st.Bytes += int64(len(mk)) + 64
+		}
 	}
 	return st
 }

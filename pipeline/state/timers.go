@@ -64,6 +64,11 @@ type Timers struct {
 	built bool
 	index [2]timerHeap
 	live  map[string]struct{} // map keys of live timers
+	// fresh holds the map keys of the live timers set since the store's
+	// last Changes, which the store has not seen: they are written to it
+	// by Changes (writeFresh), so that a timer set and fired between two
+	// checkpoints, as most are, costs no store write and removal.
+	fresh map[string]struct{}
 }
 
 // NewTimers registers a timers state named name in s.
@@ -88,9 +93,10 @@ func (t *Timers) Set(key []byte, at time.Time, d TimeDomain) error {
 	if _, ok := t.live[mk]; ok {
 		return nil
 	}
-	if err := t.m.Put(timerGroup, mk, struct{}{}); err != nil {
+	if err := t.s.writable(); err != nil {
 		return err
 	}
+	t.fresh[mk] = struct{}{}
 	t.live[mk] = struct{}{}
 	heap.Push(&t.index[d], timerEntry{at: at.UnixMilli(), mk: mk})
 	return nil
@@ -105,7 +111,7 @@ func (t *Timers) Delete(key []byte, at time.Time, d TimeDomain) error {
 	if _, ok := t.live[mk]; !ok {
 		return nil
 	}
-	if err := t.m.Remove(timerGroup, mk); err != nil {
+	if err := t.remove(mk); err != nil {
 		return err
 	}
 	// The heap entry is skipped when it comes up.
@@ -137,12 +143,38 @@ func (t *Timers) Pop(d TimeDomain, upTo int64) (Timer, bool, error) {
 	if err != nil || !ok || at > upTo {
 		return Timer{}, false, err
 	}
+	if err := t.s.writable(); err != nil {
+		return Timer{}, false, err
+	}
 	e := heap.Pop(&t.index[d]).(timerEntry)
-	if err := t.m.Remove(timerGroup, e.mk); err != nil {
+	if err := t.remove(e.mk); err != nil {
 		return Timer{}, false, err
 	}
 	delete(t.live, e.mk)
 	return Timer{State: t.name, Key: []byte(e.mk[9:]), Time: time.UnixMilli(e.at), Domain: d}, true, nil
+}
+
+// remove removes the live timer mk from the store, unless the store has
+// not seen it yet.
+func (t *Timers) remove(mk string) error {
+	if err := t.s.writable(); err != nil {
+		return err
+	}
+	if _, ok := t.fresh[mk]; ok {
+		delete(t.fresh, mk)
+		return nil
+	}
+	return t.m.Remove(timerGroup, mk)
+}
+
+// writeFresh writes the timers the store has not seen to it. The store is
+// writable.
+func (t *Timers) writeFresh() {
+	s, st := t.s, t.m.st
+	for mk := range t.fresh {
+		s.set(st, s.mapKey(st, timerGroup, mk), s.header(st), -1)
+	}
+	clear(t.fresh)
 }
 
 // Len returns how many timers are live.
@@ -163,6 +195,7 @@ func (t *Timers) sync() error {
 		return err
 	}
 	t.live = make(map[string]struct{}, len(entries))
+	t.fresh = map[string]struct{}{}
 	t.index = [2]timerHeap{}
 	for _, e := range entries {
 		d, at, _, err := parseTimerKey(e.Key)

@@ -105,3 +105,51 @@ func fmtList(xs []string) string {
 	}
 	return out + "]"
 }
+
+// A timer set and fired between two checkpoints never reaches the store:
+// the changelog has only the timers live at a checkpoint, and the removal
+// of those that fired after it. One set and dropped by an Abort is gone,
+// whether or not Changes ran first.
+func TestTimersReachTheStoreAtTheCheckpoint(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, bk backendKind) {
+		var l changelog
+		s := mustOpen(t, bk.new(t), nil)
+		tm := must[*Timers](t)(NewTimers(s, "t"))
+		logged := func() int {
+			n := len(l.recs)
+			checkpoint(t, s, &l)
+			return len(l.recs) - n
+		}
+		logged() // the fingerprint
+		ok(t, tm.Set([]byte("gone"), ms(1000), EventTime))
+		ok(t, tm.Set([]byte("kept"), ms(2000), EventTime))
+		if st := s.Stats(); st.Dirty != 2 {
+			t.Fatalf("Stats.Dirty = %d with two timers set, want 2", st.Dirty)
+		}
+		if got := popAll(t, tm, EventTime, 1000); fmtList(got) != "[gone@01.000]" {
+			t.Fatalf("%v", got)
+		}
+		if n := logged(); n != 1 {
+			t.Fatalf("the checkpoint logged %d records, want 1: the timer that fired before it leaves none", n)
+		}
+		ok(t, tm.Set([]byte("aborted"), ms(1500), EventTime))
+		ok(t, s.Abort())
+		if n := logged(); n != 0 {
+			t.Fatalf("the checkpoint after an abort logged %d records, want none", n)
+		}
+		if got := popAll(t, tm, EventTime, 2000); fmtList(got) != "[kept@02.000]" {
+			t.Fatalf("%v", got)
+		}
+		if n := logged(); n != 1 {
+			t.Fatalf("the checkpoint logged %d records, want the fired timer's tombstone", n)
+		}
+		s2, err := Open(NewMemory(), "agg", 3, testFP, nil)
+		ok(t, err)
+		defer s2.Close()
+		tm2 := must[*Timers](t)(NewTimers(s2, "t"))
+		restoreAll(t, s2, &l)
+		if n := must[int](t)(tm2.Len()); n != 0 {
+			t.Fatalf("%d timers restored, want none", n)
+		}
+	})
+}
