@@ -197,6 +197,7 @@ func TestTableJoinsMatchTheOracle(t *testing.T) {
 func tableResults(t *testing.T, k *testkit.Kafka) []string {
 	t.Helper()
 	var out []string
+	last := map[string]int64{} // each key's results come in time order
 	for _, r := range k.ReadAll("out") {
 		x, err := codec.DecodeJSON(r.Value)
 		if err != nil {
@@ -223,7 +224,12 @@ func tableResults(t *testing.T, k *testkit.Kafka) []string {
 		} else if m["right"] != nil {
 			t.Fatalf("result %s: right is neither a row nor null", r.Value)
 		}
-		out = append(out, fmt.Sprintf("%s L%v %s @%d", key, l["v"], row, r.Timestamp.UnixMilli()-t0))
+		ts := r.Timestamp.UnixMilli()
+		if ts < last[key] {
+			t.Fatalf("result %s at %d after one of its key at %d: a key's results come in time order", r.Value, ts-t0, last[key]-t0)
+		}
+		last[key] = ts
+		out = append(out, fmt.Sprintf("%s L%v %s @%d", key, l["v"], row, ts-t0))
 	}
 	slices.Sort(out)
 	return out

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/pipeline-run/pipeline/pipeline"
@@ -85,7 +87,7 @@ func (j *tableJoin) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pip
 	if err != nil {
 		return nil, err
 	}
-	return &tableJoinOp{def: j, buf: buf, timers: tm}, nil
+	return &tableJoinOp{def: j, st: st, buf: buf, timers: tm, cache: map[string]*tjKey{}}, nil
 }
 
 // Map key sides of a table join's state: waiting stream records, and
@@ -99,11 +101,65 @@ const (
 // records waiting for the watermark and the table's versions (map key:
 // side, time, then the position read at in binary, so that versions of one
 // time sort in the order they were written), in joinEntry form (a version
-// marked "matched" is a tombstone); and timers at the times of both.
+// marked "matched" is a tombstone); and a timer at the earliest time the
+// key has work at.
+//
+// The keys it touched are cached, decoded (cache): records come and go
+// there, and only what is still waiting at a checkpoint is written to the
+// store (Flush), as the aggregate's cache does. Most stream records are
+// joined and emitted before the checkpoint that would have stored them,
+// and with them went, per record, a store write, a read of the key's
+// entries and a removal: most of the join's work.
 type tableJoinOp struct {
 	def    *tableJoin
+	st     *state.Store
 	buf    *state.Map[joinEntry]
 	timers *state.Timers
+
+	// cache holds the keys touched since they were last dropped: at most
+	// maxCached, of the store's generation gen. dirty lists those with
+	// changes the store has not seen.
+	cache map[string]*tjKey
+	dirty []*tjKey
+	gen   uint64
+}
+
+// tjKey is a key of a table join, cached: its waiting stream records and
+// its table versions, each in map key order.
+type tjKey struct {
+	key      string
+	stream   []tjRecord
+	versions []tjRecord
+	// gone lists the map keys of stored records dropped since.
+	gone []string
+	// armed is the time of the earliest timer set for the key, 0 if none
+	// is, -1 if not known (the key was read back from the store).
+	armed int64
+	dirty bool
+}
+
+// tjRecord is a record of a table join: a stream record or a version.
+type tjRecord struct {
+	ts    int64
+	src   pipeline.Position
+	tomb  bool   // a version deleting the row
+	value []byte // JSON; nil for a tombstone
+	mk    string // the map key it is stored under; "" if not stored
+}
+
+// before reports whether a sorts before b in map key order: time, then
+// position (versionKey).
+func (a *tjRecord) before(b *tjRecord) bool {
+	if a.ts != b.ts {
+		return a.ts < b.ts
+	}
+	if a.src.Partition != b.src.Partition {
+		return uint32(a.src.Partition) < uint32(b.src.Partition)
+	}
+	if a.src.Offset != b.src.Offset {
+		return uint64(a.src.Offset) < uint64(b.src.Offset)
+	}
+	return a.src.Topic < b.src.Topic
 }
 
 func (o *tableJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
@@ -119,25 +175,147 @@ func (o *tableJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 		o.def.lateOut.send(ctx, r)
 		return nil
 	}
-	e := joinEntry{ts: ts}
-	side := byte(sideStream)
-	if ctx.Input() == 1 {
-		side = sideTable
-		if r.Value.Raw() == nil && !r.Value.Changed() {
-			e.matched = true // a tombstone: no row from ts on
-		}
-	}
-	if !e.matched {
-		if e.value, err = jsonOf(&r.Value); err != nil {
+	rec := tjRecord{ts: ts, src: r.Source}
+	table := ctx.Input() == 1
+	if table && r.Value.Raw() == nil && !r.Value.Changed() {
+		rec.tomb = true // a tombstone: no row from ts on
+	} else {
+		v, err := jsonOf(&r.Value)
+		if err != nil {
 			return err
 		}
+		// A copy: the record's value may share the memory of the batch
+		// it was read in, which a version kept for long would hold.
+		rec.value = append(make([]byte, 0, len(v)), v...)
 	}
-	if err := o.buf.Put(key, versionKey(side, ts, r.Source), e); err != nil {
+	k, err := o.entry(key)
+	if err != nil {
 		return err
 	}
-	// A stream record is final once the watermark is past its time; a
-	// version, once it is, makes the ones before it obsolete.
-	return o.timers.Set(key, time.UnixMilli(ts+1), state.EventTime)
+	if table {
+		k.versions = insertRecord(k.versions, rec)
+	} else {
+		k.stream = insertRecord(k.stream, rec)
+	}
+	o.touch(k)
+	return o.arm(k)
+}
+
+// insertRecord inserts r into rs in map key order; one at r's very
+// position (read again) replaces it.
+func insertRecord(rs []tjRecord, r tjRecord) []tjRecord {
+	i := len(rs)
+	for i > 0 && r.before(&rs[i-1]) {
+		i--
+	}
+	if i > 0 && !rs[i-1].before(&r) {
+		r.mk = rs[i-1].mk // the same position: the store has it
+		rs[i-1] = r
+		return rs
+	}
+	return slices.Insert(rs, i, r)
+}
+
+// entry returns key's cache entry, read from the store if it is not
+// cached.
+func (o *tableJoinOp) entry(key []byte) (*tjKey, error) {
+	if g := o.st.Generation(); g != o.gen {
+		// The store was aborted or restored: what the cache holds is of
+		// a state that is no more.
+		clear(o.cache)
+		clear(o.dirty)
+		o.dirty = o.dirty[:0]
+		o.gen = g
+	}
+	if k := o.cache[string(key)]; k != nil {
+		return k, nil
+	}
+	if len(o.cache) >= maxCached {
+		if err := o.writeBack(); err != nil {
+			return nil, err
+		}
+		clear(o.cache)
+	}
+	all, err := o.buf.Entries(key)
+	if err != nil {
+		return nil, err
+	}
+	k := &tjKey{key: string(key), armed: -1}
+	if len(all) == 0 {
+		k.armed = 0 // nothing stored: no timer waits for it
+	}
+	for _, e := range all {
+		mk := e.Key
+		if len(mk) < 21 {
+			return nil, fmt.Errorf("a table join state entry of key %q with a map key of %d bytes", key, len(mk))
+		}
+		rec := tjRecord{
+			ts:    e.Value.ts,
+			tomb:  e.Value.matched,
+			value: e.Value.value,
+			mk:    mk,
+			src: pipeline.Position{
+				Partition: int32(binary.BigEndian.Uint32([]byte(mk[9:13]))),
+				Offset:    int64(binary.BigEndian.Uint64([]byte(mk[13:21]))),
+				Topic:     mk[21:],
+			},
+		}
+		switch mk[0] {
+		case sideStream:
+			rec.tomb = false
+			k.stream = append(k.stream, rec)
+		case sideTable:
+			k.versions = append(k.versions, rec)
+		default:
+			return nil, fmt.Errorf("a table join state entry of key %q of unknown side %q", key, mk[0])
+		}
+	}
+	o.cache[k.key] = k
+	return k, nil
+}
+
+// touch lists k as changed since the store last saw it.
+func (o *tableJoinOp) touch(k *tjKey) {
+	if !k.dirty {
+		k.dirty = true
+		o.dirty = append(o.dirty, k)
+	}
+}
+
+// due returns the earliest time k has work at, and whether it has any:
+// a waiting stream record to emit, a version making the one before it
+// obsolete, or a tombstone to drop.
+func (k *tjKey) due() (int64, bool) {
+	at, ok := int64(math.MaxInt64), false
+	if len(k.stream) > 0 {
+		at, ok = k.stream[0].ts, true
+	}
+	if len(k.versions) > 1 && k.versions[1].ts < at {
+		at, ok = k.versions[1].ts, true
+	}
+	if len(k.versions) > 0 && k.versions[0].tomb && k.versions[0].ts < at {
+		at, ok = k.versions[0].ts, true
+	}
+	return at, ok
+}
+
+// arm sets k's timer for its earliest work unless an earlier one is set.
+// The work at time t waits for the watermark to pass t, so the timer is at
+// t+1.
+func (o *tableJoinOp) arm(k *tjKey) error {
+	at, ok := k.due()
+	if !ok {
+		return nil
+	}
+	at++
+	if k.armed > 0 && k.armed <= at {
+		return nil
+	}
+	if err := o.timers.Set([]byte(k.key), time.UnixMilli(at), state.EventTime); err != nil {
+		return err
+	}
+	k.armed = at
+	return nil
 }
 
 // versionKey is an entry's map key: side, time, and the position read at
@@ -152,59 +330,127 @@ func versionKey(side byte, ts int64, src pipeline.Position) string {
 	return string(append(k, src.Topic...))
 }
 
-// OnTimer emits the key's stream records the watermark has passed, each
-// with the row in force at its time, then drops the versions no record to
-// come can need: all but the last before the watermark, and that one too
-// if it is a tombstone.
+// OnTimer does the key's work before the timer's time t, which the
+// watermark has passed: it emits the stream records before t, each with
+// the row in force at its time, then drops the versions no record to come
+// can need: all but the last before t, and that one too if it is a
+// tombstone. Work after t waits for its own timer, so that the join emits
+// in time order across keys, as the timers fire.
 func (o *tableJoinOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
-	all, err := o.buf.Entries(t.Key)
+	k, err := o.entry(t.Key)
 	if err != nil {
 		return err
 	}
-	wm := watermarkOf(ctx)
-	// Entries sort by side ('S' before 'V'), then time.
-	var versions []state.MapEntry[joinEntry]
-	for _, e := range all {
-		if e.Key[0] == sideTable {
-			versions = append(versions, e)
-		}
+	upTo := t.Time.UnixMilli()
+	if k.armed == upTo {
+		k.armed = 0
 	}
-	for _, e := range all {
-		if e.Key[0] != sideStream || e.Value.ts >= wm {
-			continue
-		}
+	n := 0
+	for n < len(k.stream) && k.stream[n].ts < upTo {
+		s := &k.stream[n]
 		var row []byte
 		found := false
-		for _, v := range versions {
-			if v.Value.ts > e.Value.ts {
+		for i := range k.versions {
+			v := &k.versions[i]
+			if v.ts > s.ts {
 				break
 			}
-			row, found = v.Value.value, !v.Value.matched
+			row, found = v.value, !v.tomb
 		}
 		switch {
 		case found:
-			ctx.Emit(joinResult(t.Key, e.Value.value, row, e.Value.ts, pipeline.Position{}))
+			ctx.Emit(joinResult(t.Key, s.value, row, s.ts, pipeline.Position{}))
 		case o.def.left:
-			ctx.Emit(joinResult(t.Key, e.Value.value, nil, e.Value.ts, pipeline.Position{}))
+			ctx.Emit(joinResult(t.Key, s.value, nil, s.ts, pipeline.Position{}))
 		}
-		if err := o.buf.Remove(t.Key, e.Key); err != nil {
-			return err
+		if s.mk != "" {
+			k.gone = append(k.gone, s.mk)
 		}
+		n++
 	}
-	// The version in force at the watermark is the last one before it.
+	k.stream = drop(k.stream, n)
+	// The version in force at t is the last one before it.
 	last := -1
-	for i, v := range versions {
-		if v.Value.ts < wm {
+	for i := range k.versions {
+		if k.versions[i].ts < upTo {
 			last = i
 		}
 	}
-	for i := range last + 1 {
-		if i == last && !versions[i].Value.matched {
-			break
+	n = last
+	if last >= 0 && k.versions[last].tomb {
+		n++
+	}
+	for i := range n {
+		if mk := k.versions[i].mk; mk != "" {
+			k.gone = append(k.gone, mk)
 		}
-		if err := o.buf.Remove(t.Key, versions[i].Key); err != nil {
+	}
+	k.versions = drop(k.versions, n)
+	if len(k.gone) > 0 {
+		o.touch(k) // the store holds records the key dropped
+	}
+	return o.arm(k)
+}
+
+// drop removes the first n records of rs, keeping its array.
+func drop(rs []tjRecord, n int) []tjRecord {
+	if n <= 0 {
+		return rs
+	}
+	m := copy(rs, rs[n:])
+	clear(rs[m:])
+	return rs[:m]
+}
+
+// Flush writes what the store has not seen of the cached keys: the
+// records they keep, the removal of those they dropped.
+func (o *tableJoinOp) Flush(pipeline.Context) error {
+	if g := o.st.Generation(); g != o.gen {
+		clear(o.cache)
+		clear(o.dirty)
+		o.dirty = o.dirty[:0]
+		o.gen = g
+		return nil
+	}
+	return o.writeBack()
+}
+
+// writeBack writes the dirty keys to the store.
+func (o *tableJoinOp) writeBack() error {
+	for _, k := range o.dirty {
+		key := []byte(k.key)
+		for _, mk := range k.gone {
+			if err := o.buf.Remove(key, mk); err != nil {
+				return err
+			}
+		}
+		clear(k.gone)
+		k.gone = k.gone[:0]
+		if err := o.store(key, k.stream, sideStream); err != nil {
 			return err
 		}
+		if err := o.store(key, k.versions, sideTable); err != nil {
+			return err
+		}
+		k.dirty = false
+	}
+	clear(o.dirty)
+	o.dirty = o.dirty[:0]
+	return nil
+}
+
+// store writes the records of rs not stored yet.
+func (o *tableJoinOp) store(key []byte, rs []tjRecord, side byte) error {
+	for i := range rs {
+		r := &rs[i]
+		if r.mk != "" {
+			continue
+		}
+		mk := versionKey(side, r.ts, r.src)
+		if err := o.buf.Put(key, mk, joinEntry{ts: r.ts, matched: r.tomb, value: r.value}); err != nil {
+			return err
+		}
+		r.mk = mk
 	}
 	return nil
 }
