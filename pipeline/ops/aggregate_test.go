@@ -154,8 +154,14 @@ func whole(x float64) any {
 // over it.
 func statefulOpener(t *testing.T, name, kind string, args map[string]any) func() (*state.Store, pipeline.Operator) {
 	t.Helper()
+	return statefulOpenerN(t, name, kind, args, 1)
+}
+
+// statefulOpenerN is statefulOpener of a step reading inputs streams.
+func statefulOpenerN(t *testing.T, name, kind string, args map[string]any, inputs int) func() (*state.Store, pipeline.Operator) {
+	t.Helper()
 	f, _ := ops.NewRegistry().Lookup(kind)
-	s := pipeline.NewSpec(name, kind, "steps[0]."+kind, args, 1, func(string) int { return 0 })
+	s := pipeline.NewSpec(name, kind, "steps[0]."+kind, args, inputs, func(string) int { return 0 })
 	def, err := f(s)
 	if err != nil || len(s.Problems()) > 0 {
 		t.Fatalf("building: %v %v", err, s.Problems())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
@@ -110,7 +111,7 @@ func (j *intervalJoin) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (
 	if err != nil {
 		return nil, err
 	}
-	return &intervalJoinOp{def: j, buf: buf, timers: tm}, nil
+	return &intervalJoinOp{def: j, buf: buf, timers: tm, cache: newKeyCache[*ijKey](st)}, nil
 }
 
 // joinEntry is one buffered record: its event time, its value as written,
@@ -151,11 +152,28 @@ const (
 // intervalJoinOp is an interval join in one task. Its state, per key: the
 // buffered records of both sides (map key: side, time, then where the
 // record was read, so entries sort by side and time and replay the same
-// way), and a timer at each one's expiry.
+// way), and a timer at each one's expiry. The keys it touched are cached
+// (keyCache).
 type intervalJoinOp struct {
 	def    *intervalJoin
 	buf    *state.Map[joinEntry]
 	timers *state.Timers
+	cache  keyCache[*ijKey]
+}
+
+// ijKey is a key of an interval join, cached: its buffered records in map
+// key order.
+type ijKey struct {
+	cached
+	recs []ijRecord
+}
+
+// ijRecord is a buffered record of an interval join.
+type ijRecord struct {
+	mk string // its map key
+	joinEntry
+	stored  bool // the store has it
+	changed bool // and not as it is now
 }
 
 func (o *intervalJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
@@ -185,26 +203,25 @@ func (o *intervalJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error
 		side, other = sideRight, sideLeft
 		from, to, expiry = ts-o.def.upper, ts-o.def.lower, ts-o.def.lower
 	}
-	all, err := o.buf.Entries(key)
+	k, err := o.entry(key)
 	if err != nil {
 		return err
 	}
 	matched := false
-	for _, e := range all {
-		if e.Key[0] != other || e.Value.ts < from || e.Value.ts > to {
+	for i := range k.recs {
+		e := &k.recs[i]
+		if e.mk[0] != other || e.ts < from || e.ts > to {
 			continue
 		}
 		matched = true
-		l, rt := value, e.Value.value
+		l, rt := value, e.value
 		if !left {
-			l, rt = e.Value.value, value
+			l, rt = e.value, value
 		}
-		o.emit(ctx, key, l, rt, max(ts, e.Value.ts), r.Source)
-		if !e.Value.matched && o.keepsUnmatched(other) {
-			e.Value.matched = true
-			if err := o.buf.Put(key, e.Key, e.Value); err != nil {
-				return err
-			}
+		o.emit(ctx, key, l, rt, max(ts, e.ts), r.Source)
+		if !e.matched && o.keepsUnmatched(other) {
+			e.matched, e.changed = true, true
+			o.cache.touch(k)
 		}
 	}
 	if expiry < wm {
@@ -214,12 +231,65 @@ func (o *intervalJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error
 		}
 		return nil
 	}
-	mk := entryKey(side, ts, r.Source, len(all))
-	if err := o.buf.Put(key, mk, joinEntry{ts: ts, matched: matched, value: value}); err != nil {
-		return err
+	// A copy: the record's value may share the memory of the batch it
+	// was read in.
+	e := ijRecord{mk: entryKey(side, ts, r.Source, len(k.recs)), joinEntry: joinEntry{ts: ts, matched: matched, value: append(make([]byte, 0, len(value)), value...)}}
+	i, found := slices.BinarySearchFunc(k.recs, e.mk, func(x ijRecord, mk string) int { return strings.Compare(x.mk, mk) })
+	if found {
+		// Read again at the same position: it replaces the one the
+		// store may have.
+		e.stored, e.changed = k.recs[i].stored, true
+		k.recs[i] = e
+	} else {
+		k.recs = slices.Insert(k.recs, i, e)
 	}
+	o.cache.touch(k)
 	return o.timers.Set(key, time.UnixMilli(expiry+1), state.EventTime)
 }
+
+// entry returns key's cache entry, read from the store if it is not
+// cached.
+func (o *intervalJoinOp) entry(key []byte) (*ijKey, error) {
+	if k, ok := o.cache.get(key); ok {
+		return k, nil
+	}
+	all, err := o.buf.Entries(key)
+	if err != nil {
+		return nil, err
+	}
+	k := &ijKey{cached: cached{key: string(key)}, recs: make([]ijRecord, 0, len(all))}
+	for _, e := range all {
+		if e.Key == "" || (e.Key[0] != sideLeft && e.Key[0] != sideRight) {
+			return nil, fmt.Errorf("an interval join state entry of key %q with map key %q", key, e.Key)
+		}
+		k.recs = append(k.recs, ijRecord{mk: e.Key, joinEntry: e.Value, stored: true})
+	}
+	return k, o.cache.add(k, o.write)
+}
+
+// write writes k to the store.
+func (o *intervalJoinOp) write(k *ijKey) error {
+	key := []byte(k.key)
+	for _, mk := range k.gone {
+		if err := o.buf.Remove(key, mk); err != nil {
+			return err
+		}
+	}
+	for i := range k.recs {
+		e := &k.recs[i]
+		if e.stored && !e.changed {
+			continue
+		}
+		if err := o.buf.Put(key, e.mk, e.joinEntry); err != nil {
+			return err
+		}
+		e.stored, e.changed = true, false
+	}
+	return nil
+}
+
+// Flush writes what the store has not seen of the cached keys.
+func (o *intervalJoinOp) Flush(pipeline.Context) error { return o.cache.flush(o.write) }
 
 // keepsUnmatched says whether records of side that found no pair are
 // emitted alone.
@@ -248,27 +318,32 @@ func entryKey(side byte, ts int64, src pipeline.Position, n int) string {
 // OnTimer drops the key's records the watermark has passed the expiry of,
 // emitting those that found no pair when the join type keeps them.
 func (o *intervalJoinOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
-	all, err := o.buf.Entries(t.Key)
+	k, err := o.entry(t.Key)
 	if err != nil {
 		return err
 	}
 	wm := watermarkOf(ctx)
-	for _, e := range all {
-		side := e.Key[0]
-		expiry := e.Value.ts + o.def.upper
+	kept := k.recs[:0]
+	for _, e := range k.recs {
+		side := e.mk[0]
+		expiry := e.ts + o.def.upper
 		if side == sideRight {
-			expiry = e.Value.ts - o.def.lower
+			expiry = e.ts - o.def.lower
 		}
 		if expiry >= wm {
+			kept = append(kept, e)
 			continue
 		}
-		if !e.Value.matched && o.keepsUnmatched(side) {
-			o.emitAlone(ctx, t.Key, side, e.Value.value, e.Value.ts, pipeline.Position{})
+		if !e.matched && o.keepsUnmatched(side) {
+			o.emitAlone(ctx, t.Key, side, e.value, e.ts, pipeline.Position{})
 		}
-		if err := o.buf.Remove(t.Key, e.Key); err != nil {
-			return err
+		if e.stored {
+			k.gone = append(k.gone, e.mk)
+			o.cache.touch(k)
 		}
 	}
+	clear(k.recs[len(kept):])
+	k.recs = kept
 	return nil
 }
 

@@ -87,7 +87,7 @@ func (j *tableJoin) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pip
 	if err != nil {
 		return nil, err
 	}
-	return &tableJoinOp{def: j, st: st, buf: buf, timers: tm, cache: map[string]*tjKey{}}, nil
+	return &tableJoinOp{def: j, buf: buf, timers: tm, cache: newKeyCache[*tjKey](st)}, nil
 }
 
 // Map key sides of a table join's state: waiting stream records, and
@@ -102,40 +102,23 @@ const (
 // side, time, then the position read at in binary, so that versions of one
 // time sort in the order they were written), in joinEntry form (a version
 // marked "matched" is a tombstone); and a timer at the earliest time the
-// key has work at.
-//
-// The keys it touched are cached, decoded (cache): records come and go
-// there, and only what is still waiting at a checkpoint is written to the
-// store (Flush), as the aggregate's cache does. Most stream records are
-// joined and emitted before the checkpoint that would have stored them,
-// and with them went, per record, a store write, a read of the key's
-// entries and a removal: most of the join's work.
+// key has work at. The keys it touched are cached (keyCache).
 type tableJoinOp struct {
 	def    *tableJoin
-	st     *state.Store
 	buf    *state.Map[joinEntry]
 	timers *state.Timers
-
-	// cache holds the keys touched since they were last dropped: at most
-	// maxCached, of the store's generation gen. dirty lists those with
-	// changes the store has not seen.
-	cache map[string]*tjKey
-	dirty []*tjKey
-	gen   uint64
+	cache  keyCache[*tjKey]
 }
 
 // tjKey is a key of a table join, cached: its waiting stream records and
 // its table versions, each in map key order.
 type tjKey struct {
-	key      string
+	cached
 	stream   []tjRecord
 	versions []tjRecord
-	// gone lists the map keys of stored records dropped since.
-	gone []string
 	// armed is the time of the earliest timer set for the key, 0 if none
 	// is, -1 if not known (the key was read back from the store).
 	armed int64
-	dirty bool
 }
 
 // tjRecord is a record of a table join: a stream record or a version.
@@ -197,7 +180,7 @@ func (o *tableJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	} else {
 		k.stream = insertRecord(k.stream, rec)
 	}
-	o.touch(k)
+	o.cache.touch(k)
 	return o.arm(k)
 }
 
@@ -219,28 +202,14 @@ func insertRecord(rs []tjRecord, r tjRecord) []tjRecord {
 // entry returns key's cache entry, read from the store if it is not
 // cached.
 func (o *tableJoinOp) entry(key []byte) (*tjKey, error) {
-	if g := o.st.Generation(); g != o.gen {
-		// The store was aborted or restored: what the cache holds is of
-		// a state that is no more.
-		clear(o.cache)
-		clear(o.dirty)
-		o.dirty = o.dirty[:0]
-		o.gen = g
-	}
-	if k := o.cache[string(key)]; k != nil {
+	if k, ok := o.cache.get(key); ok {
 		return k, nil
-	}
-	if len(o.cache) >= maxCached {
-		if err := o.writeBack(); err != nil {
-			return nil, err
-		}
-		clear(o.cache)
 	}
 	all, err := o.buf.Entries(key)
 	if err != nil {
 		return nil, err
 	}
-	k := &tjKey{key: string(key), armed: -1}
+	k := &tjKey{cached: cached{key: string(key)}, armed: -1}
 	if len(all) == 0 {
 		k.armed = 0 // nothing stored: no timer waits for it
 	}
@@ -270,16 +239,7 @@ func (o *tableJoinOp) entry(key []byte) (*tjKey, error) {
 			return nil, fmt.Errorf("a table join state entry of key %q of unknown side %q", key, mk[0])
 		}
 	}
-	o.cache[k.key] = k
-	return k, nil
-}
-
-// touch lists k as changed since the store last saw it.
-func (o *tableJoinOp) touch(k *tjKey) {
-	if !k.dirty {
-		k.dirty = true
-		o.dirty = append(o.dirty, k)
-	}
+	return k, o.cache.add(k, o.write)
 }
 
 // due returns the earliest time k has work at, and whether it has any:
@@ -387,7 +347,7 @@ func (o *tableJoinOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
 	}
 	k.versions = drop(k.versions, n)
 	if len(k.gone) > 0 {
-		o.touch(k) // the store holds records the key dropped
+		o.cache.touch(k) // the store holds records the key dropped
 	}
 	return o.arm(k)
 }
@@ -404,39 +364,20 @@ func drop(rs []tjRecord, n int) []tjRecord {
 
 // Flush writes what the store has not seen of the cached keys: the
 // records they keep, the removal of those they dropped.
-func (o *tableJoinOp) Flush(pipeline.Context) error {
-	if g := o.st.Generation(); g != o.gen {
-		clear(o.cache)
-		clear(o.dirty)
-		o.dirty = o.dirty[:0]
-		o.gen = g
-		return nil
-	}
-	return o.writeBack()
-}
+func (o *tableJoinOp) Flush(pipeline.Context) error { return o.cache.flush(o.write) }
 
-// writeBack writes the dirty keys to the store.
-func (o *tableJoinOp) writeBack() error {
-	for _, k := range o.dirty {
-		key := []byte(k.key)
-		for _, mk := range k.gone {
-			if err := o.buf.Remove(key, mk); err != nil {
-				return err
-			}
-		}
-		clear(k.gone)
-		k.gone = k.gone[:0]
-		if err := o.store(key, k.stream, sideStream); err != nil {
+// write writes k to the store.
+func (o *tableJoinOp) write(k *tjKey) error {
+	key := []byte(k.key)
+	for _, mk := range k.gone {
+		if err := o.buf.Remove(key, mk); err != nil {
 			return err
 		}
-		if err := o.store(key, k.versions, sideTable); err != nil {
-			return err
-		}
-		k.dirty = false
 	}
-	clear(o.dirty)
-	o.dirty = o.dirty[:0]
-	return nil
+	if err := o.store(key, k.stream, sideStream); err != nil {
+		return err
+	}
+	return o.store(key, k.versions, sideTable)
 }
 
 // store writes the records of rs not stored yet.
