@@ -157,6 +157,26 @@ func statefulOpener(t *testing.T, name, kind string, args map[string]any) func()
 	return statefulOpenerN(t, name, kind, args, 1)
 }
 
+// fireTimers fires, in time order, every event-time timer of op's store st
+// due at upTo, with the watermark of ctx at upTo.
+func fireTimers(t *testing.T, ctx *optest.Context, st *state.Store, op pipeline.Operator, upTo int64) {
+	t.Helper()
+	ctx.WM = time.UnixMilli(upTo)
+	tm := st.Timers()[0]
+	for {
+		timer, ok, err := tm.Pop(state.EventTime, upTo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return
+		}
+		if err := op.(pipeline.TimerHandler).OnTimer(ctx, timer); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // statefulOpenerN is statefulOpener of a step reading inputs streams.
 func statefulOpenerN(t *testing.T, name, kind string, args map[string]any, inputs int) func() (*state.Store, pipeline.Operator) {
 	t.Helper()

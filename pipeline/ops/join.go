@@ -233,7 +233,7 @@ func (o *intervalJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error
 	}
 	// A copy: the record's value may share the memory of the batch it
 	// was read in.
-	e := ijRecord{mk: entryKey(side, ts, r.Source, len(k.recs)), joinEntry: joinEntry{ts: ts, matched: matched, value: append(make([]byte, 0, len(value)), value...)}}
+	e := ijRecord{mk: entryKey(side, ts, r.Source, len(k.recs)), joinEntry: joinEntry{ts: ts, matched: matched, value: slices.Clone(value)}}
 	i, found := slices.BinarySearchFunc(k.recs, e.mk, func(x ijRecord, mk string) int { return strings.Compare(x.mk, mk) })
 	if found {
 		// Read again at the same position: it replaces the one the

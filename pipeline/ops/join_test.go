@@ -9,7 +9,6 @@ import (
 	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/pipeline-run/pipeline/pipeline/ops"
 	"github.com/pipeline-run/pipeline/pipeline/optest"
-	"github.com/pipeline-run/pipeline/pipeline/state"
 )
 
 // TestJoinsOutgrowTheirCache: with room for two keys in their caches, the
@@ -60,20 +59,7 @@ func TestJoinsOutgrowTheirCache(t *testing.T) {
 				feed(0, fmt.Sprintf("k%d", i), 20, fmt.Sprintf(`{"rec":%d}`, i))
 			}
 			checkpoint()
-			ctx.WM = time.UnixMilli(1000)
-			tm := st.Timers()[0]
-			for {
-				timer, ok, err := tm.Pop(state.EventTime, 1000)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !ok {
-					break
-				}
-				if err := op.(pipeline.TimerHandler).OnTimer(ctx, timer); err != nil {
-					t.Fatal(err)
-				}
-			}
+			fireTimers(t, ctx, st, op, 1000)
 			var got, want []string
 			for _, r := range ctx.Emitted("") {
 				b, _ := r.Value.Encode(pipeline.JSON)

@@ -169,7 +169,7 @@ func (o *tableJoinOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 		}
 		// A copy: the record's value may share the memory of the batch
 		// it was read in, which a version kept for long would hold.
-		rec.value = append(make([]byte, 0, len(v)), v...)
+		rec.value = slices.Clone(v)
 	}
 	k, err := o.entry(key)
 	if err != nil {

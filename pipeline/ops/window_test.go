@@ -164,20 +164,7 @@ func TestWindowKeepsNoRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx.Reset()
-		ctx.WM = time.UnixMilli(1 << 40)
-		tm := st.Timers()[0]
-		for {
-			timer, ok, err := tm.Pop(state.EventTime, 1<<40)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-			if err := op.(pipeline.TimerHandler).OnTimer(ctx, timer); err != nil {
-				t.Fatal(err)
-			}
-		}
+		fireTimers(t, ctx, st, op, 1<<40)
 		want := map[string]agg{}
 		for k, rs := range byKey {
 			slices.SortStableFunc(rs, func(a, b rec) int { return a.ts - b.ts })

@@ -143,13 +143,10 @@ func (t *Timers) Pop(d TimeDomain, upTo int64) (Timer, bool, error) {
 	if err != nil || !ok || at > upTo {
 		return Timer{}, false, err
 	}
-	if err := t.s.writable(); err != nil {
+	if err := t.remove(t.index[d][0].mk); err != nil {
 		return Timer{}, false, err
 	}
 	e := heap.Pop(&t.index[d]).(timerEntry)
-	if err := t.remove(e.mk); err != nil {
-		return Timer{}, false, err
-	}
 	delete(t.live, e.mk)
 	return Timer{State: t.name, Key: []byte(e.mk[9:]), Time: time.UnixMilli(e.at), Domain: d}, true, nil
 }
