@@ -66,7 +66,8 @@ type ProxyStats struct {
 	// Connections is how many client connections were accepted and joined
 	// to a broker connection; Open how many are open now.
 	Connections, Open int64
-	// Requests is how many requests reached the broker through the proxy.
+	// Requests is how many requests the proxy forwarded to a broker (counted
+	// as it writes them, so before their answers can arrive).
 	Requests int64
 	// Rewritten is how many responses had broker addresses rewritten.
 	Rewritten int64
@@ -529,12 +530,14 @@ func (pc *proxyConn) requests() {
 		pc.mu.Lock()
 		pc.inflight[corr] = f
 		pc.mu.Unlock()
-		if _, err := pc.broker.Write(frame); err != nil {
-			return
-		}
+		// Count before forwarding: the answer can reach the client, and
+		// the client's caller read the counts, before Write returns.
 		pc.p.requests.Add(1)
 		if known {
 			pc.p.byKey[key].Add(1)
+		}
+		if _, err := pc.broker.Write(frame); err != nil {
+			return
 		}
 	}
 }
