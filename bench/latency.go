@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -11,10 +12,10 @@ import (
 
 // latency feeds arm a a fresh input at rate records/s and times every
 // output a read_committed reader sees. Only records sent in the measuring
-// window count: from the moment the arm has caught up with what was sent
-// before its first output appeared (the group join, the first checkpoint
-// and the backlog they leave are start-up, not latency) until the window
-// ends. The input keeps flowing until every one of those is visible, so
+// window count: from the moment the arm keeps up with the rate, at least
+// the settle period after it caught up with what was sent before its first
+// output appeared (the group join, the first checkpoints and the backlog
+// they leave are start-up, not latency), until the window ends. The input keeps flowing until every one of those is visible, so
 // that the last checkpoint is cut as in a steady stream, not held open for
 // want of input.
 func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) LatencyRun {
@@ -96,14 +97,29 @@ func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) Lat
 		return fail(fmt.Errorf("%w (complete up to %d of %d)", err, obs.complete.Load(), backlog))
 	}
 	// Then it catches up on what arrived while it drained: still
-	// start-up. How long that takes depends on the arm and the machine;
-	// the settle period is the same for every arm.
+	// start-up, which on a loaded machine can take seconds (a new
+	// instance's first checkpoints are slower). The window opens once the
+	// settle period is over and the arm keeps up with the rate: every
+	// record sent more than keepUp ago is visible.
 	drained := time.Now()
 	l.DrainedAt = drained.UnixMicro()
 	settled := drained.Add(h.o.LatencySettle)
-	if err := wait("settling", h.o.LatencySettle+time.Minute, func() bool { return !time.Now().Before(settled) }); err != nil {
+	keepUp := c.Interval + 500*time.Millisecond
+	var sentAt []sentSample
+	keepsUp := func() bool {
+		now := time.Now()
+		sentAt = append(sentAt, sentSample{now, prod.sent.Load()})
+		// The latest sample at least keepUp old, and those after it.
+		i := sort.Search(len(sentAt), func(i int) bool { return now.Sub(sentAt[i].at) < keepUp }) - 1
+		if i < 0 {
+			return false
+		}
+		sentAt = sentAt[i:]
+		return !now.Before(settled) && obs.complete.Load() >= sentAt[0].sent
+	}
+	if err := wait("settling", h.o.LatencySettle+time.Minute, keepsUp); err != nil {
 		stopProducing()
-		return fail(err)
+		return fail(fmt.Errorf("%w: the arm did not keep up with %.0f records/s (records sent %v before were not all visible)", err, rate, keepUp))
 	}
 	ready := time.Now().UnixMicro()
 	l.MeasuredFrom = ready
@@ -154,6 +170,12 @@ func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) Lat
 		return fail(errors.New("no output to time"))
 	}
 	return l
+}
+
+// sentSample is how many records the rate producer had sent at a time.
+type sentSample struct {
+	at   time.Time
+	sent int64
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

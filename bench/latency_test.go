@@ -231,3 +231,73 @@ func startTestBroker(t *testing.T) (*broker.Broker, *kgo.Client) {
 	t.Cleanup(cl.Close)
 	return b, cl
 }
+
+// TestLatencyWindowWaitsForTheArmToKeepUp: an arm that runs below the rate
+// for longer than the settle period after its first output (as a new
+// instance's first checkpoints can on a loaded machine) builds a backlog;
+// the window opens only once it caught up, not while records wait behind
+// that backlog.
+func TestLatencyWindowWaitsForTheArmToKeepUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a broker")
+	}
+	b, cl := startTestBroker(t)
+	const slow = 2500 * time.Millisecond
+	var slowEnd atomic.Int64 // Unix microseconds
+	var throttled atomic.Int64
+	lagging := &Arm{Name: "copy", run: func(ctx context.Context, e *env) error {
+		cl, err := kgo.NewClient(e.clientOpts()...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		pctx := context.WithoutCancel(ctx)
+		var until time.Time
+		for {
+			// While slow, 5 records every 50 ms: 100 records/s, a
+			// twentieth of the rate.
+			n := 0
+			if time.Now().Before(until) {
+				n = 5
+			}
+			fs := cl.PollRecords(ctx, n)
+			if ctx.Err() != nil {
+				break
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				cl.Produce(pctx, &kgo.Record{Topic: e.out, Key: r.Key, Value: r.Value}, nil)
+			})
+			if until.IsZero() && fs.NumRecords() > 0 {
+				if err := cl.Flush(pctx); err != nil {
+					return err
+				}
+				until = time.Now().Add(slow)
+				slowEnd.Store(until.UnixMicro())
+			}
+			if time.Now().Before(until) {
+				throttled.Add(1)
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		return cl.Flush(pctx)
+	}}
+	h := &harness{
+		o:     Options{LatencyFor: 300 * time.Millisecond, LatencySettle: time.Second, MaxRecords: 1000, Linger: 5 * time.Millisecond, RunTimeout: 30 * time.Second},
+		seeds: b.Addrs(), cl: cl, adm: kadm.NewClient(cl), id: "bench-keep-up-test",
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l := h.latency(ctx, lagging, Case{Interval: 100 * time.Millisecond, Size: 100, Partitions: 1}, 2000)
+	if l.Err != "" {
+		t.Fatal(l.Err)
+	}
+	if throttled.Load() < 10 || slowEnd.Load() == 0 {
+		t.Fatalf("the arm was throttled %d times: it never ran below the rate", throttled.Load())
+	}
+	if l.MeasuredFrom < slowEnd.Load() {
+		t.Errorf("the window opened %v before the arm stopped lagging", time.Duration(slowEnd.Load()-l.MeasuredFrom)*time.Microsecond)
+	}
+	t.Logf("the window opened %v after the slow phase ended; p99 %.0f ms, max %.0f ms",
+		time.Duration(l.MeasuredFrom-slowEnd.Load())*time.Microsecond, l.P99Ms, l.MaxMs)
+}

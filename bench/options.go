@@ -71,7 +71,7 @@ func ParseFlags(args []string, w io.Writer) (Options, error) {
 	fs.BoolVar(&o.Latency, "latency", true, "after the rounds, measure end-to-end latency of every arm at half the slowest arm's throughput")
 	fs.Float64Var(&o.LatencyRate, "latency-rate", 0, "records/s of the latency runs (default: half the slowest arm's throughput in the same configuration)")
 	fs.DurationVar(&o.LatencyFor, "latency-duration", 10*time.Second, "how long each latency run measures (at least three checkpoint intervals)")
-	fs.DurationVar(&o.LatencySettle, "latency-settle", 2*time.Second, "how long each latency run goes on, once the records sent during the arm's start-up are visible, before it measures: the arm catches up on what arrived meanwhile")
+	fs.DurationVar(&o.LatencySettle, "latency-settle", 2*time.Second, "how long each latency run goes on, once the records sent during the arm's start-up are visible, before it measures (and at least until the arm keeps up with the rate): the arm catches up on what arrived meanwhile")
 	fs.IntVar(&o.MaxRecords, "max-records", 1000000, "checkpoint.max_records of the pipeline arms; the peer commits after as many records")
 	fs.IntVar(&o.Restore, "restore", 0, "after the throughput rounds of each size and partition count, time a fresh instance restoring this many keys of state (one changelog record of about the record size each) once per round; 0: no restore runs")
 	fs.DurationVar(&o.Linger, "linger", 50*time.Millisecond, "producer linger of every arm: the pipeline's producer.linger, and the baselines' (default: the pipeline's default)")

@@ -65,7 +65,8 @@ type LatencyRun struct {
 	Measured   int     `json:"measured"` // outputs timed: those sent in the window
 	// DrainedAt is when everything sent before the first output was
 	// visible, and MeasuredFrom when the window opened: the settle period
-	// later (Unix microseconds).
+	// later, or once the arm kept up with the rate if that was later
+	// (Unix microseconds).
 	DrainedAt    int64   `json:"drained_us,omitempty"`
 	MeasuredFrom int64   `json:"measured_from_us,omitempty"`
 	P50Ms        float64 `json:"p50_ms"`
