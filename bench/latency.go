@@ -15,9 +15,10 @@ import (
 // window count: from the moment the arm keeps up with the rate, at least
 // the settle period after it caught up with what was sent before its first
 // output appeared (the group join, the first checkpoints and the backlog
-// they leave are start-up, not latency), until the window ends. The input keeps flowing until every one of those is visible, so
-// that the last checkpoint is cut as in a steady stream, not held open for
-// want of input.
+// they leave are start-up, not latency), until the window ends. The input
+// keeps flowing until every one of those is visible, so that the last
+// checkpoint is cut as in a steady stream, not held open for want of
+// input.
 func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) LatencyRun {
 	l := LatencyRun{Arm: a.Name, IntervalS: c.Interval.Seconds(), Size: c.Size, Partitions: c.Partitions, Rate: rate}
 	if a.NoLatency != "" {
