@@ -78,8 +78,8 @@ type ReadOptions struct {
 	// called from the reading goroutine.
 	OnProgress func(Progress)
 
-	// retryListing lists offsets again, until ctx is done, while the
-	// answer is a retriable error.
+	// retryListing lists offsets and leaders again, until ctx is done,
+	// while the answer is a transient error (see Transient).
 	retryListing bool
 }
 
@@ -180,27 +180,20 @@ func ReadPartition(ctx context.Context, cl *kgo.Client, topic string, partition 
 }
 
 // listOffsets calls list, and again after a pause while retry is set and
-// the request or a partition failed with a retriable error.
+// the request or a partition failed with a transient error (see Retry).
 func listOffsets(ctx context.Context, retry bool, list func() (kadm.ListedOffsets, error)) (kadm.ListedOffsets, error) {
-	for {
-		l, err := list()
-		if !retry {
-			return l, err
-		}
-		if err == nil {
-			if err = l.Error(); err == nil {
-				return l, nil
-			}
-		}
-		if !kerr.IsRetriable(err) {
-			return l, err
-		}
-		select {
-		case <-ctx.Done():
-			return l, errors.Join(err, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+	if !retry {
+		return list()
 	}
+	var l kadm.ListedOffsets
+	err := Retry(ctx, func() error {
+		var err error
+		if l, err = list(); err == nil {
+			err = l.Error()
+		}
+		return err
+	})
+	return l, err
 }
 
 // read reads topic (only partition only, if >= 0) from max(from, start),
@@ -287,16 +280,25 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 	stale := true
 	for {
 		if stale {
-			details, err := adm.ListTopics(ctx, topic)
+			describe := func() error {
+				details, err := adm.ListTopics(ctx, topic)
+				if err != nil {
+					return err
+				}
+				var ok bool
+				if d, ok = details[topic]; !ok {
+					return kerr.UnknownTopicOrPartition
+				}
+				return d.Err
+			}
+			var err error
+			if ro.retryListing {
+				err = Retry(ctx, describe)
+			} else {
+				err = describe()
+			}
 			if err != nil {
-				return nil, err
-			}
-			var ok bool
-			if d, ok = details[topic]; !ok {
-				return nil, fmt.Errorf("describing %s: %w", topic, kerr.UnknownTopicOrPartition)
-			}
-			if d.Err != nil {
-				return nil, fmt.Errorf("describing %s: %w", topic, d.Err)
+				return nil, fmt.Errorf("describing %s: %w", topic, err)
 			}
 			stale = false
 		}

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/pipeline-run/pipeline/offsets"
 )
 
 // limits is the largest batch each topic the pipeline writes accepts: the
@@ -75,7 +76,7 @@ func topicLimits(ctx context.Context, adm *kadm.Client, acc access, batchMax int
 		if err == nil {
 			break
 		}
-		if !kerr.IsRetriable(err) {
+		if !offsets.Transient(err) {
 			return nil, fmt.Errorf("reading max.message.bytes of the output topics: %w", err)
 		}
 		select {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pipeline-run/pipeline/offsets"
@@ -58,7 +57,8 @@ type bounds struct {
 // changelogBounds lists the start offset, the end (high watermark) and the
 // last stable offset of partition p of a changelog; ok is false if the
 // topic has no such partition. Listing is retried while the topic is not
-// known yet: a changelog created a moment ago may not be.
+// known yet (a changelog created a moment ago may not be) and while the
+// broker cannot be reached.
 //
 // A store is checked against the high watermark, not the last stable
 // offset: an open transaction of another producer (a previous owner of the
@@ -66,36 +66,42 @@ type bounds struct {
 // records of the current owner may follow it, and a store that applied
 // those is not stale.
 func changelogBounds(ctx context.Context, cl *kgo.Client, topic string, p int32) (bounds, error) {
-	adm := kadm.NewClient(cl) // not closed: that would close cl
-	for {
+	return listBounds(ctx, kadm.NewClient(cl), topic, p) // not closed: that would close cl
+}
+
+// offsetLister lists a topic's offsets; *kadm.Client is one.
+type offsetLister interface {
+	ListStartOffsets(context.Context, ...string) (kadm.ListedOffsets, error)
+	ListEndOffsets(context.Context, ...string) (kadm.ListedOffsets, error)
+	ListCommittedOffsets(context.Context, ...string) (kadm.ListedOffsets, error)
+}
+
+// listBounds is changelogBounds with adm. A transient failure (see
+// offsets.Transient: a retriable error, a connection reset while a broker
+// restarts) is retried until ctx is done.
+func listBounds(ctx context.Context, adm offsetLister, topic string, p int32) (bounds, error) {
+	var b bounds
+	err := offsets.Retry(ctx, func() error {
 		var starts, ends, stables kadm.ListedOffsets
-		var err error
 		for _, l := range []struct {
 			to   *kadm.ListedOffsets
 			list func(context.Context, ...string) (kadm.ListedOffsets, error)
 		}{{&starts, adm.ListStartOffsets}, {&ends, adm.ListEndOffsets}, {&stables, adm.ListCommittedOffsets}} {
+			var err error
 			if *l.to, err = l.list(ctx, topic); err == nil {
 				err = l.to.Error()
 			}
 			if err != nil {
-				break
+				return err
 			}
 		}
-		if err == nil {
-			s, sok := starts.Lookup(topic, p)
-			e, eok := ends.Lookup(topic, p)
-			st, stok := stables.Lookup(topic, p)
-			return bounds{start: s.Offset, end: e.Offset, stable: st.Offset, ok: sok && eok && stok}, nil
-		}
-		if !kerr.IsRetriable(err) {
-			return bounds{}, err
-		}
-		select {
-		case <-ctx.Done():
-			return bounds{}, errors.Join(err, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		s, sok := starts.Lookup(topic, p)
+		e, eok := ends.Lookup(topic, p)
+		st, stok := stables.Lookup(topic, p)
+		b = bounds{start: s.Offset, end: e.Offset, stable: st.Offset, ok: sok && eok && stok}
+		return nil
+	})
+	return b, err
 }
 
 // restoring is a task whose stores are being restored apart from the

@@ -331,3 +331,64 @@ func TestTheApplierDrainsOnClose(t *testing.T) {
 		t.Fatalf("close: %v with %d records applied, want 60", err, n.Load())
 	}
 }
+
+// TestChangelogBoundsOutlastABrokerRestart drops the connection of the
+// first listings of a changelog's offsets, as a broker going down and
+// coming back does, with a client that does not retry itself (a restart can
+// outlast the tries of a real one). The task that was opening its store
+// took the reset for fatal, and the pipeline exited.
+func TestChangelogBoundsOutlastABrokerRestart(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "cl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var dropped atomic.Int32
+	c.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if dropped.Add(1) > 3 {
+			return nil, nil, false
+		}
+		c.KeepControl()
+		return nil, errors.New("broker restarting"), true // closes the connection
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := changelogBounds(ctx, cl, "cl", 1)
+	if err != nil {
+		t.Fatalf("changelogBounds: %v", err)
+	}
+	if n := dropped.Load(); n <= 3 {
+		t.Fatalf("%d listings reached the broker, want the 3 dropped and the ones after", n)
+	}
+	if !b.ok || b.start != 0 || b.end != 0 || b.stable != 0 {
+		t.Fatalf("bounds %+v, want an empty partition that exists", b)
+	}
+
+	// A refusal is not retried: it names what is wrong at once.
+	c.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range req.(*kmsg.ListOffsetsRequest).Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	start := time.Now()
+	if _, err := changelogBounds(ctx, cl, "cl", 1); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("changelogBounds = %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	} else if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("a refusal took %s to return: it was retried", d)
+	}
+}
