@@ -81,7 +81,18 @@ type ReadOptions struct {
 	// retryListing lists offsets and leaders again, until ctx is done,
 	// while the answer is a transient error (see Transient).
 	retryListing bool
+	// partitionBytes is a fetch's limit per partition; 0 means
+	// readPartitionBytes.
+	partitionBytes int32
 }
+
+// readPartitionBytes is a fetch's limit per partition for Read, and
+// streamPartitionBytes for ReadPartition. A broker answers with at least
+// one whole batch whatever the limit.
+const (
+	readPartitionBytes   = 8 << 20
+	streamPartitionBytes = 512 << 10
+)
 
 // waitDecided waits until the last stable offset of each partition in to
 // has reached its high watermark as listed now, then sets to to that
@@ -175,7 +186,7 @@ type Progress struct {
 func ReadPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32, from int64, fn func([]*kgo.Record, Progress) error) error {
 	// A changelog created a moment ago may not be known yet to the broker
 	// (or the client's metadata) that answers the listing: that passes.
-	_, err := read(ctx, cl, topic, partition, from, ReadOptions{retryListing: true, WaitDecided: true}, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
+	_, err := read(ctx, cl, topic, partition, from, ReadOptions{retryListing: true, WaitDecided: true, partitionBytes: streamPartitionBytes}, func(_ int32, rs []*kgo.Record, p Progress) error { return fn(rs, p) })
 	return err
 }
 
@@ -264,6 +275,7 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 	if dec == nil {
 		dec = kgo.DefaultDecompressor()
 	}
+	partBytes := cmp.Or(ro.partitionBytes, readPartitionBytes)
 	var total, done int64
 	for p, t := range to {
 		total += max(t-next[p], 0)
@@ -319,7 +331,7 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 			rt.Topic, rt.TopicID = topic, d.ID
 			for _, p := range ps {
 				rp := kmsg.NewFetchRequestTopicPartition()
-				rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, next[p], 8<<20
+				rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, next[p], partBytes
 				rt.Partitions = append(rt.Partitions, rp)
 			}
 			req.Topics = append(req.Topics, rt)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -282,4 +283,61 @@ func TestReadReportsProgress(t *testing.T) {
 			t.Fatalf("progress went back: %v", seen)
 		}
 	}
+}
+
+// TestReadPartitionHandsOverSmallFetches checks that ReadPartition hands a
+// long partition over a small fetch at a time, in order: its caller (a
+// restore) works on one while the next is read, and holds little.
+func TestReadPartitionHandsOverSmallFetches(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "long"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("long"), kgo.ProducerLinger(0),
+		kgo.ProducerBatchCompression(kgo.NoCompression())) // the limit is on the bytes fetched
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const batches, perBatch, size = 40, 100, 1000 // 4 MB in batches of 100 KB
+	for b := range batches {
+		recs := make([]*kgo.Record, perBatch)
+		for i := range recs {
+			v := []byte(strings.Repeat(pad, size))
+			copy(v, strconv.Itoa(b*perBatch+i))
+			recs[i] = &kgo.Record{Value: v}
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls, next int
+	err = ReadPartition(ctx, cl, "long", 0, 0, func(recs []*kgo.Record, _ Progress) error {
+		calls++
+		var n int
+		for _, r := range recs {
+			if got := strings.TrimRight(string(r.Value), pad); got != strconv.Itoa(next) {
+				t.Fatalf("record at offset %d reads %q, want %d", r.Offset, got, next)
+			}
+			next++
+			n += len(r.Value)
+		}
+		if n > streamPartitionBytes {
+			t.Errorf("fetch %d handed over %d bytes of values, more than the %d a fetch may hold", calls, n, streamPartitionBytes)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next != batches*perBatch {
+		t.Fatalf("read %d records, want %d", next, batches*perBatch)
+	}
+	if min := batches * perBatch * size / streamPartitionBytes; calls < min {
+		t.Fatalf("handed over in %d fetches, want at least %d", calls, min)
+	}
+	t.Logf("%d records in %d fetches", next, calls)
 }
