@@ -66,6 +66,7 @@ func TestBenchmarksPageShowsTheKStreamsSweep(t *testing.T) {
 		{"results/kafka-kstreams.json", 2},
 		{"results/kafka-joins.json", 0},
 		{"results/kafka-1k.json", 0},
+		{"results/kafka-restore.json", 2},
 	} {
 		res, err := ReadJSON(c.file)
 		if err != nil {
