@@ -692,35 +692,48 @@ func plainPrefix(b []byte) int {
 }
 
 // htmlSafePrefix returns how many bytes at the start of s appendJSONString
-// copies as they are, eight at a time: it stops at the first word holding a
-// byte that is a quote, a backslash, a control byte, '<', '>', '&' or not
-// ASCII (or, rarely, next to one: the byte loop after it decides).
+// copies as they are, in whole eight-byte words, two words a step: it stops
+// at the first word holding a byte that is a quote, a backslash, a control
+// byte, '<', '>', '&' or not ASCII (the byte loop after it decides). A
+// 1 KB string field read as it stands and written back spent a fifth of a
+// filter-map's CPU here.
 func htmlSafePrefix[T string | []byte](s T) int {
+	n := 0
+	for len(s)-n >= 16 {
+		if !htmlSafeWord(word(s[n:n+8])) || !htmlSafeWord(word(s[n+8:n+16])) {
+			break
+		}
+		n += 16
+	}
+	for len(s)-n >= 8 && htmlSafeWord(word(s[n:n+8])) {
+		n += 8
+	}
+	return n
+}
+
+// word reads the eight bytes of b as a little-endian word, in one load.
+func word[T string | []byte](b T) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+}
+
+// htmlSafeWord reports whether no byte of w is a quote, a backslash, a
+// control byte, '<', '>', '&' or not ASCII.
+func htmlSafeWord(w uint64) bool {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
 	)
-	n := 0
-	for len(s)-n >= 8 {
-		w := uint64(s[n]) | uint64(s[n+1])<<8 | uint64(s[n+2])<<16 | uint64(s[n+3])<<24 |
-			uint64(s[n+4])<<32 | uint64(s[n+5])<<40 | uint64(s[n+6])<<48 | uint64(s[n+7])<<56
-		if w&highs != 0 {
-			break
-		}
-		// With no high bit set, a byte's high bit is set in a term where
-		// the byte is below 0x20, or equal to the term's character.
-		t := w - 0x20*ones
-		t |= (w ^ '"'*ones) - ones
-		t |= (w ^ '\\'*ones) - ones
-		t |= (w ^ '<'*ones) - ones
-		t |= (w ^ '>'*ones) - ones
-		t |= (w ^ '&'*ones) - ones
-		if t&highs != 0 {
-			break
-		}
-		n += 8
-	}
-	return n
+	// With no high bit set, a byte's high bit is set in a term where the
+	// byte is below 0x20, or equal to the term's character: '"' (0x22)
+	// and '&' (0x26) are the bytes that read 0x26 with bit 2 set, '<'
+	// (0x3c) and '>' (0x3e) those that read 0x3e with bit 1 set.
+	t := w - 0x20*ones
+	t |= (w ^ '\\'*ones) - ones
+	t |= ((w | 0x04*ones) ^ '&'*ones) - ones
+	t |= ((w | 0x02*ones) ^ '>'*ones) - ones
+	return (t|w)&highs == 0
 }
 
 // Projection names the top-level fields of a JSON object that anything in

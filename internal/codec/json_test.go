@@ -104,6 +104,38 @@ func TestPlainPrefixStopsAtTheWordOfTheFirstSpecialByte(t *testing.T) {
 	}
 }
 
+// TestHTMLSafePrefixStopsAtTheWordOfTheFirstUnsafeByte: the scan that
+// strings kept as read and written as they are rely on skips exactly the
+// whole words before the first byte appendJSONString would escape, never
+// one holding such a byte, for strings and byte slices alike, at every
+// length around its two-word and one-word steps.
+func TestHTMLSafePrefixStopsAtTheWordOfTheFirstUnsafeByte(t *testing.T) {
+	alphabet := []byte{'a', 'Z', '0', ' ', '!', '#', '[', '~', '"', '\\', '<', '>', '&', 0, 0x1f, 0x7f, 0x80, 0xa2, 0xff, '=', '?', '%', '\'', 0x21, 0x3d, 0x3f}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50000 {
+		b := make([]byte, rng.IntN(70))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(8)]
+			if rng.IntN(24) == 0 {
+				b[i] = alphabet[rng.IntN(len(alphabet))] // now and then anything
+			}
+		}
+		k := len(b)
+		for i, c := range b {
+			if !htmlSafe(c) {
+				k = i
+				break
+			}
+		}
+		if got, want := htmlSafePrefix(b), k/8*8; got != want {
+			t.Fatalf("htmlSafePrefix(%q) = %d, want %d", b, got, want)
+		}
+		if got, want := htmlSafePrefix(string(b)), k/8*8; got != want {
+			t.Fatalf("htmlSafePrefix(string %q) = %d, want %d", b, got, want)
+		}
+	}
+}
+
 func TestDecodeJSONAgreesWithEncodingJSON(t *testing.T) {
 	for _, c := range jsonCases {
 		checkJSON(t, []byte(c))
