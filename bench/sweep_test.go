@@ -14,11 +14,16 @@ import (
 // what it printed.
 func sweep(t *testing.T, records int, latency bool, arms ...string) (*Results, string) {
 	t.Helper()
-	return sweepWith(t, Options{
+	return sweepWith(t, sweepOptions(records, latency, arms...))
+}
+
+// sweepOptions are the options of sweep.
+func sweepOptions(records int, latency bool, arms ...string) Options {
+	return Options{
 		Broker: "embedded", Records: records, Sizes: []int{100}, Partitions: []int{2},
 		Intervals: []time.Duration{100 * time.Millisecond}, Rounds: 1, Arms: arms,
 		Latency: latency, LatencyFor: 300 * time.Millisecond, MaxRecords: 1000000, RunTimeout: 30 * time.Second,
-	})
+	}
 }
 
 // sweepWith runs the sweep o on the embedded broker, its JSON written to a

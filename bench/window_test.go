@@ -230,11 +230,9 @@ func TestWindowedCountOnTheEmbeddedBroker(t *testing.T) {
 	// has none: at a rate the two cores carry whatever else runs, under
 	// -race, next to other packages' tests (half the slowest arm's
 	// throughput, 30,000 records/s, once fell behind for a minute).
-	res, out := sweepWith(t, Options{
-		Broker: "embedded", Records: backlogRate * 3 / 2, Sizes: []int{100}, Partitions: []int{2},
-		Intervals: []time.Duration{100 * time.Millisecond}, Rounds: 1, Arms: []string{"pass", "windowed-count"},
-		Latency: true, LatencyRate: 2000, LatencyFor: 300 * time.Millisecond, MaxRecords: 1000000, RunTimeout: 30 * time.Second,
-	})
+	o := sweepOptions(backlogRate*3/2, true, "pass", "windowed-count")
+	o.LatencyRate = 2000
+	res, out := sweepWith(t, o)
 	if !strings.Contains(out, "windowed-count: no latency runs") {
 		t.Errorf("the output does not say windowed-count has no latency runs:\n%s", out)
 	}
