@@ -277,7 +277,8 @@ func tuning(linger time.Duration) []kgo.Opt {
 
 func (e *env) clientOpts() []kgo.Opt {
 	opts := append([]kgo.Opt{kgo.SeedBrokers(e.seeds...), kgo.ClientID("bench-" + e.name), kgo.WithHooks(e.clientHooks()...)}, tuning(e.linger)...)
-	return append(opts, kgo.ConsumerGroup(e.name), kgo.ConsumeTopics(e.in))
+	// The pipeline's decoder, so that the baselines decode as it does.
+	return append(opts, kgo.ConsumerGroup(e.name), kgo.ConsumeTopics(e.in), kgo.WithDecompressor(lz4frame.NewDecompressor()))
 }
 
 // fetchErr returns the first error of a poll that is not its context

@@ -536,7 +536,6 @@ var (
 // client is not needed; the parameter stays for callers that pass it.
 func readTopic(ctx context.Context, cl *kgo.Client, _ *kadm.Client, ts *topicState, to map[int32]int64, mode offsets.ReadOptions) (map[int32][]logRecord, error) {
 	mode.To = to
-	mode.Decompressor = newCheckerDecompressor()
 	recs, err := offsets.Read(ctx, cl, ts.topic, mode)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/pipeline-run/pipeline/internal/lz4frame"
 )
 
 // ReadToEnd reads every partition of topic from its start to the end it has
@@ -62,7 +64,8 @@ type ReadOptions struct {
 	// Only the partitions it names are read.
 	To map[int32]int64
 	// Decompressor decodes compressed batches; nil means
-	// kgo.DefaultDecompressor(). Decompress is called from one goroutine.
+	// lz4frame's, which leaves codecs but lz4 to kgo.DefaultDecompressor().
+	// Decompress is called from one goroutine.
 	Decompressor kgo.Decompressor
 
 	// WaitDecided, with ReadCommitted and no To, reads to the end every
@@ -273,7 +276,7 @@ func read(ctx context.Context, cl *kgo.Client, topic string, only int32, from in
 	}
 	dec := ro.Decompressor
 	if dec == nil {
-		dec = kgo.DefaultDecompressor()
+		dec = lz4frame.NewDecompressor()
 	}
 	partBytes := cmp.Or(ro.partitionBytes, readPartitionBytes)
 	var total, done int64
