@@ -35,6 +35,7 @@ var (
 		"pass":           {0, 114, 178, 255},
 		"filter-map":     {0, 158, 115, 255},
 		"keyed-count":    {204, 121, 167, 255},
+		"keyed-count-cp": {117, 112, 179, 255},
 		"windowed-count": {213, 94, 0, 255},
 		"interval-join":  {0, 158, 115, 255},
 		"table-join":     {86, 180, 233, 255},
@@ -43,9 +44,13 @@ var (
 
 // WritePlot draws records/s against checkpoint interval, one panel per
 // broker (rows) and record size and partition count (columns), one line
-// per arm, and writes it to path as a PNG.
+// per arm, and writes it to path as a PNG. Results of one interval are
+// drawn as bars per arm instead (Bars).
 func WritePlot(path string, results []*Results) error {
 	img := Plot(results)
+	if singleInterval(results) {
+		img = Bars(results)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -61,22 +66,7 @@ type group struct{ size, parts int }
 
 // Plot draws WritePlot's figure.
 func Plot(results []*Results) *image.RGBA {
-	var groups []group
-	rounds := 0
-	for _, r := range results {
-		for _, row := range r.Rows {
-			if g := (group{row.Size, row.Partitions}); !slices.Contains(groups, g) {
-				groups = append(groups, g)
-			}
-			rounds = max(rounds, row.Rounds)
-		}
-	}
-	slices.SortFunc(groups, func(a, b group) int {
-		if a.size != b.size {
-			return a.size - b.size
-		}
-		return a.parts - b.parts
-	})
+	groups, rounds := groupsOf(results)
 	title := fmt.Sprintf("Throughput against checkpoint interval: records/s, median of %d rounds", rounds)
 	sub := "dashed: copy and copy-rc, which do not commit on an interval; the peer commits at the pipeline's cadence"
 	var legend []string
@@ -111,6 +101,26 @@ func Plot(results []*Results) *image.RGBA {
 		}
 	}
 	return c.img
+}
+
+// groupsOf returns the record sizes and partition counts of results, in
+// order, and the most rounds of a row.
+func groupsOf(results []*Results) (groups []group, rounds int) {
+	for _, r := range results {
+		for _, row := range r.Rows {
+			if g := (group{row.Size, row.Partitions}); !slices.Contains(groups, g) {
+				groups = append(groups, g)
+			}
+			rounds = max(rounds, row.Rounds)
+		}
+	}
+	slices.SortFunc(groups, func(a, b group) int {
+		if a.size != b.size {
+			return a.size - b.size
+		}
+		return a.parts - b.parts
+	})
+	return groups, rounds
 }
 
 func anyArm(results []*Results, arm string) bool {
