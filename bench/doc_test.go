@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"image/png"
 	"os"
 	"regexp"
 	"strings"
@@ -90,6 +91,50 @@ func TestBenchmarksPageShowsTheKStreamsSweep(t *testing.T) {
 		for _, l := range restores {
 			if !bytes.Contains(page, l) {
 				t.Errorf("docs/benchmarks.md does not show this restore of %s:\n%s", c.file, l)
+			}
+		}
+	}
+}
+
+// TestBenchmarksPagePlotIsWhatTheCommittedResultsDraw: the plot on
+// docs/benchmarks.md is, pixel for pixel, what `bench -report … -plot`
+// draws from the committed sweeps it shows.
+func TestBenchmarksPagePlotIsWhatTheCommittedResultsDraw(t *testing.T) {
+	const plot = "benchmarks-kafka.png"
+	page, err := os.ReadFile("../docs/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(page, []byte("]("+plot+")")) {
+		t.Fatalf("docs/benchmarks.md does not show %s", plot)
+	}
+	var results []*Results
+	for _, f := range []string{"results/kafka-kstreams.json", "results/kafka-1k.json"} {
+		res, err := ReadJSON(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		results = append(results, res)
+	}
+	f, err := os.Open("../docs/" + plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	shown, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Bars(results)
+	if shown.Bounds() != want.Bounds() {
+		t.Fatalf("docs/%s is %v; the results draw %v", plot, shown.Bounds(), want.Bounds())
+	}
+	for y := want.Bounds().Min.Y; y < want.Bounds().Max.Y; y++ {
+		for x := want.Bounds().Min.X; x < want.Bounds().Max.X; x++ {
+			r0, g0, b0, a0 := shown.At(x, y).RGBA()
+			r1, g1, b1, a1 := want.At(x, y).RGBA()
+			if r0 != r1 || g0 != g1 || b0 != b1 || a0 != a1 {
+				t.Fatalf("docs/%s differs at (%d,%d) from what the results draw: run the -report command on the page", plot, x, y)
 			}
 		}
 	}
