@@ -84,7 +84,10 @@ type Consumer struct {
 	SessionTimeout   time.Duration // `session_timeout`; default 10s; >= 6s
 	RebalanceTimeout time.Duration // `rebalance_timeout`; default 60s
 	FetchMaxBytes    int32         // `fetch_max_bytes`; default 50 MiB
-	MaxPollRecords   int           // `max_poll_records`; default 10000
+	// FetchMaxPartitionBytes is `fetch_max_partition_bytes`, the most a
+	// fetch takes of one partition (as sent); default 256 KiB.
+	FetchMaxPartitionBytes int32
+	MaxPollRecords         int // `max_poll_records`; default 10000
 }
 
 // Producer tunes the transactional producer.

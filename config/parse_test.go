@@ -24,7 +24,7 @@ tls:
   key_file: testdata/client.key
   server_name: kafka.internal
 sasl: {mechanism: scram-sha-256, username: svc, password: pw}
-consumer: {start_from: latest, session_timeout: 10s, rebalance_timeout: 20s, fetch_max_bytes: 1048576, max_poll_records: 500}
+consumer: {start_from: latest, session_timeout: 10s, rebalance_timeout: 20s, fetch_max_bytes: 1048576, fetch_max_partition_bytes: 65536, max_poll_records: 500}
 producer: {compression: zstd, linger: 5ms, batch_max_bytes: 2097152, max_buffered_records: 1000, max_buffered_bytes: 1073741824}
 checkpoint: {interval: 500ms, timeout: 10s, max_records: 5000}
 transactions: {id_prefix: alerts, timeout: 2m}
@@ -75,7 +75,7 @@ func TestParseReadsEverySetting(t *testing.T) {
 		TLS: TLS{Enabled: true, CAFile: "testdata/ca.pem", CertFile: "testdata/client.pem", KeyFile: "testdata/client.key",
 			ServerName: "kafka.internal"},
 		SASL:         SASL{Mechanism: "SCRAM-SHA-256", Username: "svc", Password: "pw"},
-		Consumer:     Consumer{StartFrom: "latest", SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second, FetchMaxBytes: 1 << 20, MaxPollRecords: 500},
+		Consumer:     Consumer{StartFrom: "latest", SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second, FetchMaxBytes: 1 << 20, FetchMaxPartitionBytes: 64 << 10, MaxPollRecords: 500},
 		Producer:     Producer{Compression: "zstd", Linger: 5 * time.Millisecond, BatchMaxBytes: 2 << 20, MaxBufferedRecords: 1000, MaxBufferedBytes: 1 << 30},
 		Checkpoint:   Checkpoint{Interval: 500 * time.Millisecond, Timeout: 10 * time.Second, MaxRecords: 5000, FailureTimeout: 5 * time.Minute},
 		Transactions: Transactions{IDPrefix: "alerts", Timeout: 2 * time.Minute},
@@ -120,7 +120,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 		Brokers:      Brokers{Addrs: []string{"localhost:9092"}},
 		InstanceID:   host,
 		Group:        "p",
-		Consumer:     Consumer{StartFrom: "earliest", SessionTimeout: 10 * time.Second, RebalanceTimeout: 60 * time.Second, FetchMaxBytes: 50 << 20, MaxPollRecords: 10000},
+		Consumer:     Consumer{StartFrom: "earliest", SessionTimeout: 10 * time.Second, RebalanceTimeout: 60 * time.Second, FetchMaxBytes: 50 << 20, FetchMaxPartitionBytes: 256 << 10, MaxPollRecords: 10000},
 		Producer:     Producer{Compression: "lz4", Linger: 50 * time.Millisecond, BatchMaxBytes: 1 << 20, MaxBufferedRecords: 100000, MaxBufferedBytes: 256 << 20},
 		Checkpoint:   Checkpoint{Interval: time.Second, Timeout: 30 * time.Second, MaxRecords: 1000000, FailureTimeout: 5 * time.Minute},
 		Transactions: Transactions{IDPrefix: "p", Timeout: 60 * time.Second},

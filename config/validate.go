@@ -209,6 +209,7 @@ func (k *checker) clients() {
 	}
 	positive(k, "consumer.rebalance_timeout", c.Consumer.RebalanceTimeout)
 	positive(k, "consumer.fetch_max_bytes", c.Consumer.FetchMaxBytes)
+	positive(k, "consumer.fetch_max_partition_bytes", c.Consumer.FetchMaxPartitionBytes)
 	positive(k, "consumer.max_poll_records", c.Consumer.MaxPollRecords)
 
 	k.oneOf("producer.compression", c.Producer.Compression, compressions)

@@ -20,7 +20,7 @@ import (
 const clientTuned = `
 instance_id: replica-7
 group: g-tuned
-consumer: {start_from: latest, session_timeout: 17s, rebalance_timeout: 23s, fetch_max_bytes: 1234567}
+consumer: {start_from: latest, session_timeout: 17s, rebalance_timeout: 23s, fetch_max_bytes: 1234567, fetch_max_partition_bytes: 123456}
 producer: {compression: zstd, linger: 7ms, batch_max_bytes: 345678, max_buffered_records: 4321, max_buffered_bytes: 98765432}
 transactions: {id_prefix: txp, timeout: 77s}
 sources: {in: {topics: [in, in2]}}
@@ -75,6 +75,7 @@ func TestTransactOptsMapTheConfig(t *testing.T) {
 		{"the rebalance timeout is consumer.rebalance_timeout", kgo.RebalanceTimeout, false, 23 * time.Second, 60 * time.Second},
 		{"fetches read committed data only", kgo.FetchIsolationLevel, false, int8(1), int8(1)},
 		{"fetch size is consumer.fetch_max_bytes", kgo.FetchMaxBytes, false, int32(1234567), int32(50 * mib)},
+		{"a partition's share is consumer.fetch_max_partition_bytes", kgo.FetchMaxPartitionBytes, false, int32(123456), int32(256 << 10)},
 		{"rebalances wait for the poll loop", kgo.BlockRebalanceOnPoll, false, true, true},
 		{"a new group starts where start_from says", kgo.ConsumeResetOffset, false, kgo.NewOffset().AtEnd(), kgo.NewOffset().AtStart()},
 		{"the transactional id is <id_prefix>-<instance_id>", kgo.TransactionalID, true, []any{"txp-replica-7", true}, []any{"t-replica-1", true}},

@@ -105,6 +105,7 @@ func transactOpts(cfg *config.Config, base []kgo.Opt, topics []string, onRevoked
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(reset),
 		kgo.FetchMaxBytes(cfg.Consumer.FetchMaxBytes),
+		kgo.FetchMaxPartitionBytes(cfg.Consumer.FetchMaxPartitionBytes),
 		kgo.WithDecompressor(lz4frame.NewDecompressor()),
 		// A partition resumed after its restore joins the next fetch:
 		// one under way without it may wait this long for records of the
