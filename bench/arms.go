@@ -272,7 +272,6 @@ func tuning(linger time.Duration) []kgo.Opt {
 		kgo.MaxBufferedRecords(100000),
 		kgo.MaxBufferedBytes(256 << 20),
 		kgo.FetchMaxBytes(50 << 20),
-		kgo.FetchMaxPartitionBytes(256 << 10),
 	}
 }
 

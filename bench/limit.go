@@ -38,7 +38,7 @@ var limitVariants = []copyVariant{
 	{name: "reuse, linger 5ms", reuse: true, opts: []kgo.Opt{kgo.ProducerLinger(5 * time.Millisecond)}},
 	{name: "reuse, uncompressed", reuse: true, opts: []kgo.Opt{kgo.WithCompressor(nil), kgo.ProducerBatchCompression(kgo.NoCompression())}},
 	{name: "reuse, two clients", reuse: true, split: true},
-	{name: "reuse, 1 MiB partition fetches", reuse: true, opts: []kgo.Opt{kgo.FetchMaxPartitionBytes(1 << 20)}},
+	{name: "reuse, 256 KiB partition fetches", reuse: true, opts: []kgo.Opt{kgo.FetchMaxPartitionBytes(256 << 10)}},
 	{name: "reuse, 1M buffered, 100 MiB fetches", reuse: true, opts: []kgo.Opt{
 		kgo.MaxBufferedRecords(1_000_000), kgo.MaxBufferedBytes(1 << 30),
 		kgo.FetchMaxBytes(100 << 20), kgo.FetchMaxPartitionBytes(100 << 20),

@@ -85,7 +85,7 @@ type Consumer struct {
 	RebalanceTimeout time.Duration // `rebalance_timeout`; default 60s
 	FetchMaxBytes    int32         // `fetch_max_bytes`; default 50 MiB
 	// FetchMaxPartitionBytes is `fetch_max_partition_bytes`, the most a
-	// fetch takes of one partition (as sent); default 256 KiB.
+	// fetch takes of one partition (as sent); default 1 MiB.
 	FetchMaxPartitionBytes int32
 	MaxPollRecords         int // `max_poll_records`; default 10000
 }

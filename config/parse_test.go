@@ -120,7 +120,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 		Brokers:      Brokers{Addrs: []string{"localhost:9092"}},
 		InstanceID:   host,
 		Group:        "p",
-		Consumer:     Consumer{StartFrom: "earliest", SessionTimeout: 10 * time.Second, RebalanceTimeout: 60 * time.Second, FetchMaxBytes: 50 << 20, FetchMaxPartitionBytes: 256 << 10, MaxPollRecords: 10000},
+		Consumer:     Consumer{StartFrom: "earliest", SessionTimeout: 10 * time.Second, RebalanceTimeout: 60 * time.Second, FetchMaxBytes: 50 << 20, FetchMaxPartitionBytes: 1 << 20, MaxPollRecords: 10000},
 		Producer:     Producer{Compression: "lz4", Linger: 50 * time.Millisecond, BatchMaxBytes: 1 << 20, MaxBufferedRecords: 100000, MaxBufferedBytes: 256 << 20},
 		Checkpoint:   Checkpoint{Interval: time.Second, Timeout: 30 * time.Second, MaxRecords: 1000000, FailureTimeout: 5 * time.Minute},
 		Transactions: Transactions{IDPrefix: "p", Timeout: 60 * time.Second},

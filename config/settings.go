@@ -26,7 +26,7 @@ type setting struct {
 // maps and topics.configs are not settings: they are read from the YAML
 // tree and cannot be overridden from the environment.
 func (c *Config) settings() []setting {
-	const kib, mib = 1 << 10, 1 << 20
+	const mib = 1 << 20
 	return []setting{
 		{"name", &c.Name, nil},
 		{"brokers", &c.Brokers, nil},
@@ -49,7 +49,7 @@ func (c *Config) settings() []setting {
 		{"consumer.session_timeout", &c.Consumer.SessionTimeout, 10 * time.Second},
 		{"consumer.rebalance_timeout", &c.Consumer.RebalanceTimeout, 60 * time.Second},
 		{"consumer.fetch_max_bytes", &c.Consumer.FetchMaxBytes, int32(50 * mib)},
-		{"consumer.fetch_max_partition_bytes", &c.Consumer.FetchMaxPartitionBytes, int32(256 * kib)},
+		{"consumer.fetch_max_partition_bytes", &c.Consumer.FetchMaxPartitionBytes, int32(1 * mib)},
 		{"consumer.max_poll_records", &c.Consumer.MaxPollRecords, 10000},
 
 		{"producer.compression", &c.Producer.Compression, "lz4"},

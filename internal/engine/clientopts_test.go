@@ -75,7 +75,7 @@ func TestTransactOptsMapTheConfig(t *testing.T) {
 		{"the rebalance timeout is consumer.rebalance_timeout", kgo.RebalanceTimeout, false, 23 * time.Second, 60 * time.Second},
 		{"fetches read committed data only", kgo.FetchIsolationLevel, false, int8(1), int8(1)},
 		{"fetch size is consumer.fetch_max_bytes", kgo.FetchMaxBytes, false, int32(1234567), int32(50 * mib)},
-		{"a partition's share is consumer.fetch_max_partition_bytes", kgo.FetchMaxPartitionBytes, false, int32(123456), int32(256 << 10)},
+		{"a partition's share is consumer.fetch_max_partition_bytes", kgo.FetchMaxPartitionBytes, false, int32(123456), int32(mib)},
 		{"rebalances wait for the poll loop", kgo.BlockRebalanceOnPoll, false, true, true},
 		{"a new group starts where start_from says", kgo.ConsumeResetOffset, false, kgo.NewOffset().AtEnd(), kgo.NewOffset().AtStart()},
 		{"the transactional id is <id_prefix>-<instance_id>", kgo.TransactionalID, true, []any{"txp-replica-7", true}, []any{"t-replica-1", true}},
