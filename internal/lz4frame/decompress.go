@@ -168,21 +168,14 @@ func (d *Decompressor) frames(src []byte) ([]byte, error) {
 // literals and, but for the last, a 2-byte offset and the match length.
 func decodedSize(b []byte) (int, bool) {
 	n, i := 0, 0
+	var ok bool
 	for i < len(b) {
 		t := b[i]
 		i++
 		lit := int(t >> 4)
 		if lit == 15 {
-			for {
-				if i >= len(b) {
-					return 0, false
-				}
-				c := b[i]
-				i++
-				lit += int(c)
-				if c != 255 {
-					break
-				}
+			if lit, i, ok = moreLength(b, i, lit); !ok {
+				return 0, false
 			}
 		}
 		i += lit
@@ -193,16 +186,8 @@ func decodedSize(b []byte) (int, bool) {
 		i += 2 // offset
 		ml := int(t&15) + 4
 		if t&15 == 15 {
-			for {
-				if i >= len(b) {
-					return 0, false
-				}
-				c := b[i]
-				i++
-				ml += int(c)
-				if c != 255 {
-					break
-				}
+			if ml, i, ok = moreLength(b, i, ml); !ok {
+				return 0, false
 			}
 		}
 		n += ml
@@ -211,4 +196,19 @@ func decodedSize(b []byte) (int, bool) {
 		}
 	}
 	return 0, false // a block ends with literals
+}
+
+// moreLength adds to n the length bytes of a sequence from b[i]: each 255
+// says another follows. It returns the length, where the bytes end, and
+// false if b ends first.
+func moreLength(b []byte, i, n int) (int, int, bool) {
+	for i < len(b) {
+		c := b[i]
+		i++
+		n += int(c)
+		if c != 255 {
+			return n, i, true
+		}
+	}
+	return n, i, false
 }
