@@ -1,13 +1,9 @@
 package bench
 
 import (
-	"bytes"
 	"image"
 	"image/color"
-	"image/png"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -42,18 +38,7 @@ func TestWritePlotDrawsOneIntervalAsBarsToScale(t *testing.T) {
 	if !singleInterval([]*Results{res}) {
 		t.Fatal("one checkpoint interval taken for several")
 	}
-	path := filepath.Join(t.TempDir(), "bars.png")
-	if err := WritePlot(path, []*Results{res}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := writtenPlot(t, []*Results{res})
 	limit := colourCount(img, limitGray)
 	if limit == 0 {
 		t.Fatal("no limit bar drawn")

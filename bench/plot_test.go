@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"image"
 	"image/png"
 	"math"
 	"os"
@@ -39,6 +40,24 @@ func TestTickLabel(t *testing.T) {
 	}
 }
 
+// writtenPlot is the image WritePlot writes for results, read back.
+func writtenPlot(t *testing.T, results []*Results) image.Image {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "plot.png")
+	if err := WritePlot(path, results); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
 func TestWritePlotDrawsEveryArmInItsColour(t *testing.T) {
 	res := &Results{Broker: "embedded"}
 	for _, iv := range []float64{0.1, 1, 5} {
@@ -50,18 +69,7 @@ func TestWritePlotDrawsEveryArmInItsColour(t *testing.T) {
 			)
 		}
 	}
-	path := filepath.Join(t.TempDir(), "p.png")
-	if err := WritePlot(path, []*Results{res, res}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := writtenPlot(t, []*Results{res, res})
 	if w, h := img.Bounds().Dx(), img.Bounds().Dy(); w < 2*(plotPadL+plotW) || h < plotBanner+2*plotH {
 		t.Errorf("a 2×2 grid drawn on %d×%d pixels", w, h)
 	}
