@@ -38,6 +38,7 @@ type Options struct {
 	CPUProfile      string          // write a CPU profile of one extra run of ProfileArm
 	RestoreProfile  string          // write a CPU profile of the last restore run of each size and partition count
 	Trace           string          // write an execution trace of that run
+	MemProfile      string          // write the allocations of that run (and, beside it, a base profile from just before)
 	ProfileArms     []string        // the arms to profile, one run each
 	ProfileInterval time.Duration   // its checkpoint interval
 	ProfileRecords  int             // its backlog
@@ -83,7 +84,8 @@ func ParseFlags(args []string, w io.Writer) (Options, error) {
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "after the sweep, profile one more throughput run of -profile-arm and write the CPU profile to `file`")
 	fs.StringVar(&o.RestoreProfile, "restore-cpuprofile", "", "write a CPU profile of the last restore round of each record size and partition count (from the restoring instance's start to its last record restored) to `file`, with -SIZE-Pp before its extension")
 	fs.StringVar(&o.Trace, "trace", "", "after the sweep, write an execution trace (go tool trace) of one more throughput run of -profile-arm to `file`; with -cpuprofile, of the same run")
-	profArms := fs.String("profile-arm", "pass", "the arms -cpuprofile and -trace profile, comma-separated; with several, each profile's file name gets -ARM before its extension")
+	fs.StringVar(&o.MemProfile, "memprofile", "", "after the sweep, write the allocation profile of one more throughput run of -profile-arm to `file`, and one taken just before the run to file.base: go tool pprof -sample_index=alloc_space -base file.base file shows the run's allocations")
+	profArms := fs.String("profile-arm", "pass", "the arms -cpuprofile, -memprofile and -trace profile, comma-separated; with several, each profile's file name gets -ARM before its extension")
 	fs.DurationVar(&o.ProfileInterval, "profile-interval", time.Second, "checkpoint interval of the profiled run")
 	fs.IntVar(&o.ProfileRecords, "profile-records", 1000000, "backlog of the profiled run")
 	fs.StringVar(&o.KStreams, "kstreams", "scripts/kstreams.sh", "the `script` that builds and runs the Kafka Streams application of the kstreams-* arms (Java 17 and Maven)")
@@ -149,7 +151,7 @@ func (o *Options) Validate() error {
 		return usageErrorf("-latency-settle must not be negative")
 	case o.LatencyRate < 0 || math.IsNaN(o.LatencyRate) || math.IsInf(o.LatencyRate, 0):
 		return usageErrorf("-latency-rate must be a positive number of records/s, or 0 for half the slowest arm's")
-	case (o.CPUProfile != "" || o.Trace != "") && (o.ProfileRecords < 1 || o.ProfileInterval <= 0):
+	case o.profiling() && (o.ProfileRecords < 1 || o.ProfileInterval <= 0):
 		return usageErrorf("-profile-records and -profile-interval must be positive")
 	}
 	for _, s := range o.Sizes {
@@ -213,3 +215,6 @@ func parseArms(s string) ([]string, error) {
 	slices.SortFunc(out, func(a, b string) int { return slices.Index(ArmNames, a) - slices.Index(ArmNames, b) })
 	return out, nil
 }
+
+// profiling reports whether the sweep ends with a profiled run.
+func (o *Options) profiling() bool { return o.CPUProfile != "" || o.MemProfile != "" || o.Trace != "" }

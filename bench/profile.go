@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"strings"
@@ -18,7 +20,8 @@ import (
 
 // profile runs each profiled arm once more, on a backlog of its own, with
 // the CPU profiler, the execution tracer or both on from the arm's start
-// until its last output is visible.
+// until its last output is visible, and the allocation profile written
+// just before and just after.
 func (h *harness) profile(ctx context.Context) error {
 	o := h.o
 	as, _ := arms(o.ProfileArms, ops.NewRegistry(), o.KStreams, "the profiler sees this process only")
@@ -49,7 +52,12 @@ func (h *harness) profile(ctx context.Context) error {
 		if _, err := h.outputs(ctx, a, in, a.Expect(int64(o.ProfileRecords))); err != nil {
 			return err
 		}
-		var cpu, tr bytes.Buffer
+		var cpu, tr, memBase, mem bytes.Buffer
+		if o.MemProfile != "" {
+			if err := allocs(&memBase); err != nil {
+				return err
+			}
+		}
 		if o.CPUProfile != "" {
 			if err := pprof.StartCPUProfile(&cpu); err != nil {
 				return err
@@ -61,19 +69,22 @@ func (h *harness) profile(ctx context.Context) error {
 				return err
 			}
 		}
-		r := h.throughputProfiled(ctx, a, o.ProfileInterval, size, parts, in)
+		r := h.throughputProfiled(ctx, a, o.ProfileInterval, size, parts, in, &mem)
 		var wrote []string
+		memBasePath := ""
+		if o.MemProfile != "" {
+			memBasePath = o.MemProfile + ".base"
+		}
 		for _, f := range []struct {
 			path string
 			buf  *bytes.Buffer
-		}{{o.CPUProfile, &cpu}, {o.Trace, &tr}} {
+		}{{o.CPUProfile, &cpu}, {o.MemProfile, &mem}, {memBasePath, &memBase}, {o.Trace, &tr}} {
 			if f.path == "" {
 				continue
 			}
 			path := f.path
 			if len(as) > 1 {
-				ext := filepath.Ext(path)
-				path = strings.TrimSuffix(path, ext) + "-" + a.Name + ext
+				path = armPath(path, a.Name)
 			}
 			if err := os.WriteFile(path, f.buf.Bytes(), 0o644); err != nil {
 				return err
@@ -86,6 +97,24 @@ func (h *harness) profile(ctx context.Context) error {
 	return nil
 }
 
+// armPath returns path with -arm before its extension (before both of a
+// base profile's, as in prof-ARM.out.base).
+func armPath(path, arm string) string {
+	base := ""
+	if strings.HasSuffix(path, ".base") {
+		path, base = strings.TrimSuffix(path, ".base"), ".base"
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + arm + ext + base
+}
+
+// allocs writes the allocation profile, as of a collection run now so that
+// it counts every allocation so far.
+func allocs(w io.Writer) error {
+	runtime.GC()
+	return pprof.Lookup("allocs").WriteTo(w, 0)
+}
+
 // stopProfiling stops the CPU profiler and the tracer, whichever run.
 func stopProfiling() {
 	pprof.StopCPUProfile()
@@ -94,7 +123,10 @@ func stopProfiling() {
 
 // throughputProfiled is throughput with the profiler stopped as soon as
 // the arm is done, before the gate reads the output back.
-func (h *harness) throughputProfiled(ctx context.Context, a *Arm, iv time.Duration, size, parts int, in string) ThroughputRun {
+//
+// With mem set, it writes the allocation profile to it once the arm is
+// done.
+func (h *harness) throughputProfiled(ctx context.Context, a *Arm, iv time.Duration, size, parts int, in string, mem io.Writer) ThroughputRun {
 	n := int64(h.o.Records)
 	name := h.name(a.Name)
 	out := name + "-out"
@@ -118,6 +150,11 @@ func (h *harness) throughputProfiled(ctx context.Context, a *Arm, iv time.Durati
 	err = h.runUntilDone(ctx, a, e)
 	stopProfiling()
 	r.CPUS, r.Load1 = (cpuTime() - cpu0).Seconds(), loadAvg()
+	if h.o.MemProfile != "" {
+		if perr := allocs(mem); perr != nil && err == nil {
+			err = perr
+		}
+	}
 	if first := e.hooks.firstFetch.Load(); first > 0 && err == nil {
 		r.ProcessingS = time.Duration(e.processedAt() - first).Seconds()
 		r.VisibleS = time.Duration(e.doneAt.Load() - first).Seconds()

@@ -147,7 +147,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	// The profile comes after the files are written: a sweep's results
 	// survive a failed profile run.
-	if o.CPUProfile != "" || o.Trace != "" {
+	if o.profiling() {
 		if err := h.profile(ctx); err != nil {
 			return err
 		}
