@@ -166,6 +166,8 @@ func checkJSON(t *testing.T, b []byte) {
 	// of them does.
 	checkProjected(t, b, nil)
 	checkProjected(t, b, []string{"a", "seq"})
+	// More names than a projection compares one by one.
+	checkProjected(t, b, []string{"b", "c", "d", "e", "f", "g", "h", "i", "a", "seq"})
 	if m, ok := got.(map[string]any); ok {
 		for k := range m {
 			checkProjected(t, b, []string{k})
@@ -348,6 +350,23 @@ func BenchmarkDecodeJSON(b *testing.B) {
 			}
 		}
 	})
+	// The bench's 100-byte records as its steps read them: the keyed
+	// count reads seq and ts, the filter-map seq, ts and pad.
+	small := []byte(`{"seq":12345678,"ts":1795955790878123,"pad":"` + strings.Repeat("x", 50) + `"}`)
+	for _, names := range [][]string{{"seq", "ts"}, {"seq", "ts", "pad"}} {
+		p := NewProjection(names)
+		b.Run("ours-100B-list-"+strings.Join(names, "-"), func(b *testing.B) {
+			b.ReportAllocs()
+			var buf []Field
+			for b.Loop() {
+				fs, _, err := DecodeJSONFieldList(small, p, buf[:0])
+				if err != nil {
+					b.Fatal(err)
+				}
+				buf = fs
+			}
+		})
+	}
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
