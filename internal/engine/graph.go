@@ -58,6 +58,9 @@ type node struct {
 	inputs []streamRef
 	// outputs maps an output name ("" for the default) to its readers.
 	outputs map[string][]edge
+	// readers are outputs[""], for task.deliver to find without a lookup
+	// for every record.
+	readers []edge
 	// afterParallel is set on nodes a parallel stage's workers can reach:
 	// their per-task instances are guarded by the task's lock.
 	afterParallel bool
@@ -372,6 +375,7 @@ func Build(cfg *config.Config, reg *pipeline.Registry) (*Graph, error) {
 		return nil, errs
 	}
 	for _, n := range g.nodes {
+		n.readers = n.outputs[""]
 		switch {
 		case n.kind == sourceNode:
 			n.direct = directSink(n)

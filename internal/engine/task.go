@@ -389,7 +389,10 @@ func (t *task) run() {
 // part (Build refuses it), so nobody holds t.mu while handing a record to a
 // worker, whose queue may be full.
 func (t *task) deliver(n *node, output string, r *pipeline.Record) {
-	readers := n.outputs[output]
+	readers := n.readers
+	if output != "" {
+		readers = n.outputs[output]
+	}
 	for i, e := range readers {
 		rr := r
 		if i < len(readers)-1 {
