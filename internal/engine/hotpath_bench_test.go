@@ -159,6 +159,8 @@ func BenchmarkAggregateOp(b *testing.B) {
 		// The bench's keyed-count arms.
 		{"count-update", `aggregate: {fields: {count: count, seq: {last: value.seq}, k: {last: value.k}}}`},
 		{"count-checkpoint", `aggregate: {emit: checkpoint, fields: {count: count, seq: {last: value.seq}, k: {last: value.k}}}`},
+		// Every field an int, as in the bench's (count, last seq, last ts).
+		{"count-ints", `aggregate: {fields: {count: count, seq: {last: value.seq}, total: {sum: value.seq}}}`},
 		// The bench's windowed-count arm (no watermark: windows stay open).
 		{"window-count", `window: {tumbling: 1s, fields: {count: count}}`},
 	} {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/pipeline-run/pipeline/internal/codec"
 	"github.com/pipeline-run/pipeline/pipeline"
@@ -292,6 +293,33 @@ type aggEntry struct {
 	last *pipeline.Record
 }
 
+// smallEntry is an aggEntry of up to four fields and a key of up to 24
+// bytes, with its accumulators and key inside: one allocation a key, and
+// a lookup that finds the key, reads and writes its accumulators in
+// neighbouring memory. With 10,000 keys the cache outgrows a core's cache
+// memory, and the four places a key's entry used to take were four misses
+// a record.
+type smallEntry struct {
+	aggEntry
+	vals [4]any
+	ints [4]int
+	key  [24]byte
+}
+
+// newAggEntry returns the entry of key for n fields, with no accumulators
+// (vals empty, to append to) and its ints zero.
+func newAggEntry(key []byte, n int) *aggEntry {
+	if n > 4 || len(key) > 24 || len(key) == 0 {
+		return &aggEntry{key: string(key), vals: make([]any, 0, n), ints: make([]int, n)}
+	}
+	s := new(smallEntry)
+	copy(s.key[:], key)
+	// The string points into s, which it keeps alive; the bytes never
+	// change.
+	s.aggEntry = aggEntry{key: unsafe.String(&s.key[0], len(key)), vals: s.vals[:0:n], ints: s.ints[:n:n]}
+	return &s.aggEntry
+}
+
 // val returns field i's accumulator, boxed.
 func (e *aggEntry) val(i int) any {
 	if e.vals[i] == inInts {
@@ -393,8 +421,8 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 		if err != nil {
 			return nil, err
 		}
-		n := len(o.def.fields)
-		e = &aggEntry{key: string(key), vals: o.valsOf(acc, make([]any, 0, n)), ints: make([]int, n)}
+		e = newAggEntry(key, len(o.def.fields))
+		e.vals = o.valsOf(acc, e.vals)
 	}
 	o.saved = append(o.saved[:0], e.vals...)
 	o.savedInts = append(o.savedInts[:0], e.ints...)
