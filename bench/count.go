@@ -28,17 +28,19 @@ type finalCountGate struct{}
 func (finalCountGate) outputs(context.Context, *kgo.Client, string) (int64, error) { return 0, nil }
 
 func (finalCountGate) check(ctx context.Context, cl *kgo.Client, in, out string) error {
-	ins, err := offsets.Read(ctx, cl, in, offsets.ReadOptions{})
+	lastIn := map[string]int64{} // key → its last input seq
+	err := offsets.ReadEach(ctx, cl, in, offsets.ReadOptions{}, func(_ int32, rs []*kgo.Record) error {
+		for _, r := range rs {
+			seq, ok := Seq(r.Value)
+			if !ok {
+				return fmt.Errorf("input record at partition %d offset %d has no seq", r.Partition, r.Offset)
+			}
+			lastIn[string(r.Key)] = max(lastIn[string(r.Key)], seq)
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("gate: reading the input %s back: %w", in, err)
-	}
-	lastIn := map[string]int64{} // key → its last input seq
-	for _, r := range ins {
-		seq, ok := Seq(r.Value)
-		if !ok {
-			return fmt.Errorf("gate: input record at partition %d offset %d has no seq", r.Partition, r.Offset)
-		}
-		lastIn[string(r.Key)] = max(lastIn[string(r.Key)], seq)
 	}
 	outs, err := offsets.Read(ctx, cl, out, offsets.ReadOptions{WaitDecided: true})
 	if err != nil {

@@ -176,6 +176,16 @@ func Read(ctx context.Context, cl *kgo.Client, topic string, opts ReadOptions) (
 	return all, nil
 }
 
+// ReadEach reads topic as Read does, handing fn the records a fetched
+// partition at a time, in offset order within each partition (partitions
+// interleave), instead of returning them all: a reader that only counts or
+// checks them holds one fetch at a time, not the whole topic. fn's error
+// ends the read and is returned.
+func ReadEach(ctx context.Context, cl *kgo.Client, topic string, opts ReadOptions, fn func(partition int32, rs []*kgo.Record) error) error {
+	_, err := read(ctx, cl, topic, -1, -1, opts, func(p int32, rs []*kgo.Record, _ Progress) error { return fn(p, rs) })
+	return err
+}
+
 // Progress says how far a read has come, in offsets.
 type Progress struct {
 	Done, Total int64

@@ -156,10 +156,35 @@ func TestReadOptions(t *testing.T) {
 			if got := byPartition(recs); !maps.Equal(got, tc.want) {
 				t.Fatalf("read %v, want %v", got, tc.want)
 			}
+			// ReadEach hands over the same records, a partition's
+			// fetch at a time.
+			var each []*kgo.Record
+			err = ReadEach(ctx, cl, "t", tc.opts, func(p int32, rs []*kgo.Record) error {
+				for _, r := range rs {
+					if r.Partition != p {
+						t.Errorf("ReadEach handed a record of partition %d as partition %d's", r.Partition, p)
+					}
+				}
+				each = append(each, rs...)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := byPartition(each); !maps.Equal(got, tc.want) {
+				t.Fatalf("ReadEach read %v, want %v", got, tc.want)
+			}
 		})
 	}
 	if dec.calls.Load() == 0 {
 		t.Fatal("the decompressor given in ReadOptions was never called: the batches were not compressed, or it was ignored")
+	}
+
+	// An error of ReadEach's fn ends the read and is returned.
+	stop := errors.New("enough")
+	calls := 0
+	if err := ReadEach(ctx, cl, "t", ReadOptions{}, func(int32, []*kgo.Record) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("ReadEach with a failing fn: %v after %d calls, want %v after 1", err, calls, stop)
 	}
 
 	// The markers carry the producer id of the records they end.
