@@ -424,11 +424,42 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 		e = newAggEntry(key, len(o.def.fields))
 		e.vals = o.valsOf(acc, e.vals)
 	}
+	// Most folds keep every accumulator an int: they are worked out
+	// first, and set once all are, with nothing to undo. j counts the
+	// fields worked out so.
+	var ints [4]int
+	j, failed := 0, -1 // failed: the field known not to fold as an int
+	if len(o.def.fields) <= len(ints) {
+		for ; j < len(o.def.fields); j++ {
+			n, ok := o.def.fields[j].foldInt(ctx.Eval(), e, j, r)
+			if !ok {
+				break
+			}
+			ints[j] = n
+		}
+		failed = j
+		if j == len(o.def.fields) {
+			for i := range j {
+				e.ints[i], e.vals[i] = ints[i], inInts
+			}
+			if !cached {
+				o.cache[e.key] = e
+			}
+			return e, nil
+		}
+	}
 	o.saved = append(o.saved[:0], e.vals...)
 	o.savedInts = append(o.savedInts[:0], e.ints...)
-	for i, f := range o.def.fields {
-		if f.foldInt(ctx.Eval(), e, i, r) {
-			continue
+	for i := range j {
+		e.ints[i], e.vals[i] = ints[i], inInts
+	}
+	for i := j; i < len(o.def.fields); i++ {
+		f := &o.def.fields[i]
+		if i != failed {
+			if n, ok := f.foldInt(ctx.Eval(), e, i, r); ok {
+				e.ints[i], e.vals[i] = n, inInts
+				continue
+			}
 		}
 		x, err := f.foldValue(ctx.Eval(), e.val(i), r)
 		if err != nil {
@@ -621,33 +652,33 @@ func (f *aggField) fold(ev *pipeline.Evaluator, acc map[string]any, r *pipeline.
 	return nil
 }
 
-// foldInt folds r into field i of e where the accumulator stays an int:
-// a count; the sum, first or last of whole numbers that Evaluator.EvalInt
-// reads without boxing. It reports false, having changed nothing, where
-// foldValue must fold r.
-func (f *aggField) foldInt(ev *pipeline.Evaluator, e *aggEntry, i int, r *pipeline.Record) bool {
+// foldInt returns field i of e with r folded in where the accumulator
+// stays an int: a count; the sum, first or last of whole numbers that
+// Evaluator.EvalInt reads without boxing. It changes nothing; ok is false
+// where foldValue must fold r.
+func (f *aggField) foldInt(ev *pipeline.Evaluator, e *aggEntry, i int, r *pipeline.Record) (n int, ok bool) {
 	cur := e.vals[i]
-	var n int // the accumulator, if it is an int
+	// n is the accumulator, if it is an int.
 	switch cur {
 	case inInts:
 		n = e.ints[i]
 	case absent:
 	default:
-		var ok bool
-		if n, ok = cur.(int); !ok && f.kind != aggCount && f.kind != aggLast {
-			return false
+		var isInt bool
+		if n, isInt = cur.(int); !isInt && f.kind != aggCount && f.kind != aggLast {
+			return 0, false
 		}
 	}
 	switch f.kind {
 	case aggCount:
 		if f.expr != nil {
-			return false // a count of something else: foldValue checks it
+			return 0, false // a count of something else: foldValue checks it
 		}
 		n++
 	case aggSum, aggFirst, aggLast:
-		x, ok := ev.EvalInt(f.expr, r)
-		if !ok {
-			return false
+		x, isInt := ev.EvalInt(f.expr, r)
+		if !isInt {
+			return 0, false
 		}
 		switch {
 		case f.kind == aggLast, cur == absent:
@@ -656,10 +687,9 @@ func (f *aggField) foldInt(ev *pipeline.Evaluator, e *aggEntry, i int, r *pipeli
 			n += x
 		}
 	default:
-		return false
+		return 0, false
 	}
-	e.ints[i], e.vals[i] = n, inInts
-	return true
+	return n, true
 }
 
 // foldValue returns the field's accumulator cur (absent if none) with r
