@@ -90,7 +90,7 @@ type ReadOptions struct {
 }
 
 // readPartitionBytes is a fetch's limit per partition for Read, and
-// streamPartitionBytes for ReadPartition. A broker answers with at least
+// streamPartitionBytes for ReadPartition and ReadEach. A broker answers with at least
 // one whole batch whatever the limit.
 const (
 	readPartitionBytes   = 8 << 20
@@ -179,9 +179,12 @@ func Read(ctx context.Context, cl *kgo.Client, topic string, opts ReadOptions) (
 // ReadEach reads topic as Read does, handing fn the records a fetched
 // partition at a time, in offset order within each partition (partitions
 // interleave), instead of returning them all: a reader that only counts or
-// checks them holds one fetch at a time, not the whole topic. fn's error
-// ends the read and is returned.
+// checks them holds one fetch at a time, not the whole topic, and it
+// fetches 512 KiB of a partition at a time, as ReadPartition does (8 MiB
+// of well-compressed records decompress to hundreds of megabytes). fn's
+// error ends the read and is returned.
 func ReadEach(ctx context.Context, cl *kgo.Client, topic string, opts ReadOptions, fn func(partition int32, rs []*kgo.Record) error) error {
+	opts.partitionBytes = streamPartitionBytes
 	_, err := read(ctx, cl, topic, -1, -1, opts, func(p int32, rs []*kgo.Record, _ Progress) error { return fn(p, rs) })
 	return err
 }
