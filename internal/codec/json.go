@@ -979,31 +979,14 @@ func (d *jsonDecoder) projectedIndex(p *Projection) (int, error) {
 	return p.index([]byte(k)), nil
 }
 
-// projectedKey reads an object key and reports whether p names it. A key
-// of plain ASCII is looked up as it stands, and made a string only when
-// wanted; any other is decoded first, as key does.
+// projectedKey reads an object key and reports whether p names it,
+// returning p's name for it when it does.
 func (d *jsonDecoder) projectedKey(p *Projection) (string, bool, error) {
-	start := d.i + 1
-	for i := start; i < len(d.b); i++ {
-		c := d.b[i]
-		if c == '"' {
-			raw := d.b[start:i]
-			if !p.has(raw) {
-				d.i = i + 1
-				return "", false, nil
-			}
-			d.i = i + 1
-			return internKey(raw), true, nil
-		}
-		if c == '\\' || c < 0x20 || c >= 0x80 {
-			break
-		}
-	}
-	k, err := d.key()
-	if err != nil {
+	idx, err := d.projectedIndex(p)
+	if err != nil || idx < 0 {
 		return "", false, err
 	}
-	return k, p.has([]byte(k)), nil
+	return p.names[idx], true, nil
 }
 
 // skip checks the value at d.i as value(depth) would, building nothing.
