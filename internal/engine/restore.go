@@ -277,9 +277,9 @@ func (rt *runtime) restore(ctx context.Context, cl *kgo.Client, n *node, id pipe
 	var count int64 // applied; the applier goroutine's until it is closed
 	defer rt.p.figures.restoreProgress(StepTask{n.name, int32(id)}, RestoreProgress{}, true)
 	// Batches are applied on a goroutine of their own while the next is
-	// fetched and decoded: on one partition the two took turns, and each
-	// kept a core idle while the other ran.
-	ap := startApplier(st.Restore, func(applied int, p offsets.Progress) {
+	// fetched, decoded and checked: on one partition the two took turns,
+	// and each kept a core idle while the other ran.
+	ap := startApplier(st.RestoreChecked, func(applied int, p offsets.Progress) {
 		count += int64(applied)
 		rt.p.stats.restored.Add(int64(applied))
 		rt.p.figures.restoreProgress(StepTask{n.name, int32(id)}, RestoreProgress{Done: p.Done, Total: p.Total}, false)
@@ -300,6 +300,11 @@ func (rt *runtime) restore(ctx context.Context, cl *kgo.Client, n *node, id pipe
 		crecs := make([]state.ChangelogRecord, len(recs))
 		for i, r := range recs {
 			crecs[i] = state.ChangelogRecord{Key: r.Key, Value: r.Value, Offset: r.Offset}
+		}
+		// Checked here, applied there: the two halves of a record's work
+		// run side by side.
+		if err := st.CheckChangelog(crecs); err != nil {
+			return err
 		}
 		return ap.apply(crecs, recs[len(recs)-1].Offset, p)
 	})

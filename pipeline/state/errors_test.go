@@ -41,7 +41,13 @@ func TestRestoreRefusesCorruptRecords(t *testing.T) {
 				v := must[*Value[int]](t)(NewValue[int](s, "v", TTLConfig{}))
 				bad := c.rec
 				bad.Offset = 11
+				// Checked alone, as the runtime checks a batch before
+				// applying it, the record is refused the same way.
+				cerr := s.CheckChangelog([]ChangelogRecord{good, bad})
 				err := s.Restore([]ChangelogRecord{good, bad}, 11)
+				if cerr == nil || err == nil || cerr.Error() != err.Error() {
+					t.Fatalf("CheckChangelog = %v; want Restore's error, %v", cerr, err)
+				}
 				var ce *CorruptError
 				if !errors.As(err, &ce) {
 					t.Fatalf("Restore = %v; want a *CorruptError", err)

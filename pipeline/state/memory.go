@@ -99,15 +99,18 @@ type memEntry struct {
 	hidx int // index in heap, -1 when not in it
 }
 
-// slabs hands out the entries and keys a restore creates from blocks of
-// many, instead of two allocations per key: a restore writes up to
-// millions of keys, one after another, and allocating them was a third
-// of its work. A block lives while any of its keys does, so at most the
-// restored keys' memory stays held; keys written later are allocated one
-// by one, since keys that come and go would each pin a block.
+// slabs hands out the entries, keys and first values a restore creates
+// from blocks of many, instead of three allocations per key: a restore
+// writes up to millions of keys, one after another, and allocating them
+// was a third of its work. A block lives while any of its keys or values
+// does, so at most the memory of the keys and first values a restore
+// created stays held; a key's later values, and keys written after the
+// restore, are allocated one by one, since values that come and go would
+// each pin a block.
 type slabs struct {
 	entries []memEntry
 	keys    []byte
+	vals    []byte
 }
 
 const (
@@ -135,6 +138,21 @@ func (s *slabs) entry(key []byte) *memEntry {
 	}
 	e.hidx = -1
 	return e
+}
+
+// value returns a copy of val, from a block of values when it is small.
+// The copy's capacity is its length: appending to it cannot reach into
+// the next value.
+func (s *slabs) value(val []byte) []byte {
+	if len(val) == 0 || len(val) > slabKeyBytes/4 {
+		return bytes.Clone(val)
+	}
+	if cap(s.vals)-len(s.vals) < len(val) {
+		s.vals = make([]byte, 0, slabKeyBytes)
+	}
+	n := len(s.vals)
+	s.vals = append(s.vals, val...)
+	return s.vals[n:len(s.vals):len(s.vals)]
 }
 
 // reserve sizes an empty table for n keys.
@@ -192,12 +210,10 @@ func (t *memTable) commit(ws []write, applied int64, fp string, borrowed bool) e
 			continue
 		}
 		val := w.val
-		if borrowed {
-			val = bytes.Clone(val)
-		}
 		if e == nil {
 			if borrowed {
 				e = t.restored.entry(w.key)
+				val = t.restored.value(val)
 			} else {
 				e = &memEntry{key: string(w.key), hidx: -1}
 			}
@@ -211,6 +227,8 @@ func (t *memTable) commit(ws []write, applied int64, fp string, borrowed bool) e
 				gs[e.key] = struct{}{}
 			}
 			t.bytes += int64(len(e.key) + memEntryOverhead)
+		} else if borrowed {
+			val = bytes.Clone(val)
 		}
 		t.bytes += int64(len(val) - len(e.val))
 		e.val = val

@@ -304,6 +304,30 @@ func (s *Store) dropOverlay() {
 // *IncompatibleError; nothing of the batch is applied. The store must have no
 // uncommitted changes.
 func (s *Store) Restore(recs []ChangelogRecord, lastOffset int64) error {
+	return s.restore(recs, lastOffset, true)
+}
+
+// CheckChangelog checks changelog records as Restore does, without
+// applying them: every record, whatever AppliedOffset. It reads only what
+// registering the states set (register them all first), so it may run on
+// another goroutine while RestoreChecked applies other records: a restore
+// can check the next batch while it applies this one.
+func (s *Store) CheckChangelog(recs []ChangelogRecord) error {
+	for _, r := range recs {
+		if _, _, err := s.checkChangelog(r, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RestoreChecked is Restore of records CheckChangelog passed: it applies
+// them without checking their values again.
+func (s *Store) RestoreChecked(recs []ChangelogRecord, lastOffset int64) error {
+	return s.restore(recs, lastOffset, false)
+}
+
+func (s *Store) restore(recs []ChangelogRecord, lastOffset int64, check bool) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -326,25 +350,15 @@ func (s *Store) Restore(recs []ChangelogRecord, lastOffset int64) error {
 		if r.Offset >= 0 && r.Offset <= applied {
 			continue
 		}
-		rk, err := parseKey(r.Key)
+		meta, isFP, err := s.checkChangelog(r, check)
 		if err != nil {
-			return &CorruptError{Store: s.name, Task: s.task, Offset: r.Offset, Err: fmt.Errorf("key %q: %w", r.Key, err)}
+			return err
 		}
-		if rk.meta != "" {
-			if rk.meta != metaFingerprint {
-				return &CorruptError{Store: s.name, Task: s.task, Offset: r.Offset, Err: fmt.Errorf("unknown metadata record %q", rk.meta)}
+		if meta {
+			if isFP {
+				fp = s.fp
 			}
-			if r.Value == nil {
-				continue
-			}
-			if string(r.Value) != s.fp {
-				return &IncompatibleError{Store: s.name, Task: s.task, Have: string(r.Value), Want: s.fp, Offset: r.Offset}
-			}
-			fp = s.fp
 			continue
-		}
-		if err := s.checkRecord(rk, r.Value); err != nil {
-			return &CorruptError{Store: s.name, Task: s.task, Offset: r.Offset, Err: fmt.Errorf("key %q: %w", r.Key, err)}
 		}
 		w := write{key: r.Key, val: r.Value, prev: -1}
 		if at == nil {
@@ -372,6 +386,36 @@ func (s *Store) Restore(recs []ChangelogRecord, lastOffset int64) error {
 		s.fpLogged = true
 	}
 	return nil
+}
+
+// checkChangelog checks one changelog record: its key, and, if check,
+// a data record's value against its state. It reports whether the record
+// is metadata, and whether it is the store's fingerprint (a fingerprint
+// record that is not the store's fails with an *IncompatibleError).
+func (s *Store) checkChangelog(r ChangelogRecord, check bool) (meta, isFP bool, err error) {
+	if !check && len(r.Key) > 0 && r.Key[0] == recData {
+		return false, false, nil // parsed when it was checked
+	}
+	rk, err := parseKey(r.Key)
+	if err != nil {
+		return false, false, &CorruptError{Store: s.name, Task: s.task, Offset: r.Offset, Err: fmt.Errorf("key %q: %w", r.Key, err)}
+	}
+	if rk.meta != "" {
+		if rk.meta != metaFingerprint {
+			return false, false, &CorruptError{Store: s.name, Task: s.task, Offset: r.Offset, Err: fmt.Errorf("unknown metadata record %q", rk.meta)}
+		}
+		if r.Value == nil {
+			return true, false, nil
+		}
+		if string(r.Value) != s.fp {
+			return false, false, &IncompatibleError{Store: s.name, Task: s.task, Have: string(r.Value), Want: s.fp, Offset: r.Offset}
+		}
+		return true, true, nil
+	}
+	if err := s.checkRecord(rk, r.Value); err != nil {
+		return false, false, &CorruptError{Store: s.name, Task: s.task, Offset: r.Offset, Err: fmt.Errorf("key %q: %w", r.Key, err)}
+	}
+	return false, false, nil
 }
 
 // checkRecord checks a changelog data record against the registered
