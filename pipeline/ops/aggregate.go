@@ -230,7 +230,7 @@ func (a *aggregate) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pip
 	op := &aggregateOp{def: a, st: st, acc: v, dirty: map[string]*lastRecord{}}
 	if a.ttl == 0 {
 		// A cached accumulator would not expire: no cache with a TTL.
-		op.cache = map[string]*aggEntry{}
+		op.cache = newEntryTable()
 	}
 	return op, nil
 }
@@ -251,7 +251,7 @@ type aggregateOp struct {
 	// checkpoint (Flush), not encoded and decoded again for every record,
 	// as Kafka Streams' record cache does. At most maxCached keys; gen is
 	// the store's generation they are of. nil when the state has a TTL.
-	cache map[string]*aggEntry
+	cache *entryTable
 	gen   uint64
 	// saved and savedInts are scratch space to undo a record's partial
 	// fold, and vals to encode a stored accumulator.
@@ -409,10 +409,10 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 	if g := o.st.Generation(); g != o.gen {
 		o.rollBack(g)
 	}
-	e := o.cache[string(key)]
+	e, h := o.cache.get(key)
 	cached := e != nil
 	if !cached {
-		if len(o.cache) >= maxCached {
+		if o.cache.len() >= maxCached {
 			if err := o.writeBack(); err != nil {
 				return nil, err
 			}
@@ -443,7 +443,7 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 				e.ints[i], e.vals[i] = ints[i], inInts
 			}
 			if !cached {
-				o.cache[e.key] = e
+				o.cache.put(h, e)
 			}
 			return e, nil
 		}
@@ -470,7 +470,7 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 		e.vals[i] = x
 	}
 	if !cached {
-		o.cache[e.key] = e
+		o.cache.put(h, e)
 	}
 	return e, nil
 }
@@ -478,10 +478,11 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 // rollBack forgets the cache: the store was aborted or restored (it is of
 // generation g now), and what the cache holds with it.
 func (o *aggregateOp) rollBack(g uint64) {
-	for _, e := range o.cache {
+	_ = o.cache.each(func(e *aggEntry) error {
 		e.vals = nil
-	}
-	clear(o.cache)
+		return nil
+	})
+	o.cache.reset()
 	o.gen = g
 }
 
@@ -500,18 +501,19 @@ func (o *aggregateOp) valsOf(acc map[string]any, vals []any) []any {
 // writeBack writes the cached accumulators to the store and empties the
 // cache.
 func (o *aggregateOp) writeBack() error {
-	for k, e := range o.cache {
+	err := o.cache.each(func(e *aggEntry) error {
 		acc := make(map[string]any, len(e.vals))
 		for i, f := range o.def.fields {
 			if e.vals[i] != absent {
 				acc[f.name] = e.val(i)
 			}
 		}
-		if err := o.acc.Put([]byte(k), acc); err != nil {
-			return err
-		}
+		return o.acc.Put([]byte(e.key), acc)
+	})
+	if err != nil {
+		return err
 	}
-	clear(o.cache)
+	o.cache.reset()
 	o.gen = o.st.Generation()
 	return nil
 }
