@@ -25,6 +25,9 @@ type copyVariant struct {
 	reuse bool
 	// split uses one client to consume and another to produce.
 	split bool
+	// handoff produces each fetch on a goroutine of its own while the
+	// loop polls the next, as the pipeline's tasks do.
+	handoff bool
 	// opts go after the common tuning (tuning), so they override it.
 	opts []kgo.Opt
 }
@@ -38,6 +41,7 @@ var limitVariants = []copyVariant{
 	{name: "reuse, linger 5ms", reuse: true, opts: []kgo.Opt{kgo.ProducerLinger(5 * time.Millisecond)}},
 	{name: "reuse, uncompressed", reuse: true, opts: []kgo.Opt{kgo.WithCompressor(nil), kgo.ProducerBatchCompression(kgo.NoCompression())}},
 	{name: "reuse, two clients", reuse: true, split: true},
+	{name: "reuse, produced while polling", reuse: true, handoff: true},
 	{name: "reuse, 256 KiB partition fetches", reuse: true, opts: []kgo.Opt{kgo.FetchMaxPartitionBytes(256 << 10)}},
 	{name: "reuse, 1M buffered, 100 MiB fetches", reuse: true, opts: []kgo.Opt{
 		kgo.MaxBufferedRecords(1_000_000), kgo.MaxBufferedBytes(1 << 30),
@@ -121,14 +125,7 @@ func runCopyVariant(v copyVariant) func(context.Context, *env) error {
 		}
 		// Records polled are produced even when the run is told to stop.
 		pctx := context.WithoutCancel(ctx)
-		for {
-			fs := cl.PollFetches(ctx)
-			if ctx.Err() != nil {
-				break
-			}
-			if err := fetchErr(fs); err != nil {
-				return err
-			}
+		produce := func(fs kgo.Fetches) {
 			fs.EachRecord(func(r *kgo.Record) {
 				if v.reuse {
 					r.Topic = e.out
@@ -137,9 +134,45 @@ func runCopyVariant(v copyVariant) func(context.Context, *env) error {
 				}
 				prod.Produce(pctx, &kgo.Record{Topic: e.out, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}, acked)
 			})
-			if err := perr.get(); err != nil {
-				return fmt.Errorf("producing: %w", err)
+		}
+		var handoff chan kgo.Fetches
+		var produced chan struct{}
+		if v.handoff {
+			handoff, produced = make(chan kgo.Fetches, 2), make(chan struct{})
+			go func() {
+				defer close(produced)
+				for fs := range handoff {
+					produce(fs)
+				}
+			}()
+		}
+		err = func() error {
+			if handoff != nil {
+				defer func() {
+					close(handoff)
+					<-produced
+				}()
 			}
+			for {
+				fs := cl.PollFetches(ctx)
+				if ctx.Err() != nil {
+					return nil
+				}
+				if err := fetchErr(fs); err != nil {
+					return err
+				}
+				if handoff != nil {
+					handoff <- fs
+				} else {
+					produce(fs)
+				}
+				if err := perr.get(); err != nil {
+					return fmt.Errorf("producing: %w", err)
+				}
+			}
+		}()
+		if err != nil {
+			return err
 		}
 		fctx, cancel := context.WithTimeout(pctx, 30*time.Second)
 		defer cancel()
