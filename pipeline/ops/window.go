@@ -233,11 +233,42 @@ type windowOp struct {
 	saved []savedField
 }
 
-// cachedWindow is a window in windowOp.cache. closeSet says its close
-// timer is set, so that later records need not set it again.
+// cachedWindow is a window in windowOp.cache, its stored map's entries
+// as fields: a record's fold reads and sets them without a lookup each.
+// closeSet says its close timer is set, so that later records need not
+// set it again.
 type cachedWindow struct {
-	win      map[string]any
+	end   int64          // "e"
+	acc   map[string]any // "a", never nil
+	fired bool           // "f": its result was emitted at its close
+	// early ("d") says it changed since its last early result.
+	early    bool
 	closeSet bool
+}
+
+// cachedOf returns the cachedWindow of win, a window as stored.
+func cachedOf(win map[string]any) *cachedWindow {
+	c := &cachedWindow{end: asInt64(win["e"])}
+	c.acc, _ = win["a"].(map[string]any)
+	if c.acc == nil {
+		c.acc = map[string]any{}
+	}
+	c.fired, _ = win["f"].(bool)
+	c.early, _ = win["d"].(bool)
+	return c
+}
+
+// stored returns c as the store holds a window.
+func (c *cachedWindow) stored() map[string]any {
+	win := make(map[string]any, 4)
+	win["e"], win["a"] = c.end, c.acc
+	if c.fired {
+		win["f"] = true
+	}
+	if c.early {
+		win["d"] = true
+	}
+	return win
 }
 
 // closing returns the time windows close at: the watermark, or for
@@ -359,14 +390,14 @@ func (o *windowOp) cachedWindow(key []byte, start, end int64) (*cachedWindow, er
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
-		win = map[string]any{"e": end, "a": map[string]any{}}
+	c := &cachedWindow{end: end, acc: map[string]any{}}
+	if ok {
+		c = cachedOf(win)
 	}
 	if byStart == nil {
 		byStart = map[int64]*cachedWindow{}
 		o.cache[string(key)] = byStart
 	}
-	c := &cachedWindow{win: win}
 	byStart[start] = c
 	o.cached++
 	return c, nil
@@ -386,7 +417,7 @@ func (o *windowOp) writeBack() error {
 
 func (o *windowOp) writeBackKey(key []byte, byStart map[int64]*cachedWindow) error {
 	for start, c := range byStart {
-		if err := o.wins.Put(key, startKey(start), c.win); err != nil {
+		if err := o.wins.Put(key, startKey(start), c.stored()); err != nil {
 			return err
 		}
 	}
@@ -411,12 +442,7 @@ func (o *windowOp) Flush(pipeline.Context) error {
 // close, or, if it closed already, emits the corrected result. A field
 // that fails leaves the window as it was before r.
 func (o *windowOp) add(ctx pipeline.Context, key []byte, start int64, c *cachedWindow, r *pipeline.Record, wm int64) error {
-	win := c.win
-	acc, _ := win["a"].(map[string]any)
-	if acc == nil {
-		acc = map[string]any{}
-		win["a"] = acc
-	}
+	acc := c.acc
 	saved := o.saved[:0]
 	for _, f := range o.def.fields {
 		v, has := acc[f.name]
@@ -435,16 +461,15 @@ func (o *windowOp) add(ctx pipeline.Context, key []byte, start int64, c *cachedW
 			return fmt.Errorf("field %s: %w", f.name, err)
 		}
 	}
-	end := asInt64(win["e"])
-	if fired, _ := win["f"].(bool); fired {
+	end := c.end
+	if c.fired {
 		// Closed, within the lateness: the corrected result, now.
 		return o.emit(ctx, key, start, end, acc, "late")
 	}
 	if end <= wm {
 		// A window the watermark passed before its first record came,
 		// within the lateness: its result now, and its end later.
-		win["f"] = true
-		delete(win, "d")
+		c.fired, c.early = true, false
 		if err := o.emit(ctx, key, start, end, acc, "late"); err != nil {
 			return err
 		}
@@ -457,8 +482,8 @@ func (o *windowOp) add(ctx pipeline.Context, key []byte, start int64, c *cachedW
 		c.closeSet = o.cache != nil
 	}
 	if o.def.early > 0 {
-		if d, _ := win["d"].(bool); !d {
-			win["d"] = true
+		if !c.early {
+			c.early = true
 			return o.timers.Set(key, ctx.Now().Add(o.def.early), state.ProcessingTime)
 		}
 	}
@@ -515,10 +540,11 @@ func (o *windowOp) session(ctx pipeline.Context, key []byte, ts, wm int64, r *pi
 			win["f"] = true
 		}
 	}
-	if err := o.add(ctx, key, start, &cachedWindow{win: win}, r, wm); err != nil {
+	c := cachedOf(win)
+	if err := o.add(ctx, key, start, c, r, wm); err != nil {
 		return err
 	}
-	return o.wins.Put(key, startKey(start), win)
+	return o.wins.Put(key, startKey(start), c.stored())
 }
 
 // merge combines the accumulators of two sessions, a the earlier.
