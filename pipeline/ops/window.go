@@ -390,9 +390,11 @@ func (o *windowOp) cachedWindow(key []byte, start, end int64) (*cachedWindow, er
 	if err != nil {
 		return nil, err
 	}
-	c := &cachedWindow{end: end, acc: map[string]any{}}
+	var c *cachedWindow
 	if ok {
 		c = cachedOf(win)
+	} else {
+		c = &cachedWindow{end: end, acc: map[string]any{}}
 	}
 	if byStart == nil {
 		byStart = map[int64]*cachedWindow{}
@@ -510,7 +512,7 @@ func (o *windowOp) session(ctx pipeline.Context, key []byte, ts, wm int64, r *pi
 		o.late(ctx, r)
 		return nil
 	}
-	win := map[string]any{"e": end, "a": map[string]any{}}
+	c := &cachedWindow{end: end, acc: map[string]any{}}
 	if len(merged) > 0 {
 		// In start order (Entries sorts by map key): first and last come
 		// from the earliest and the latest session.
@@ -530,17 +532,14 @@ func (o *windowOp) session(ctx pipeline.Context, key []byte, ts, wm int64, r *pi
 				}
 			}
 		}
-		win["a"] = acc
-		if dirty {
-			win["d"] = true
+		if acc != nil {
+			c.acc = acc
 		}
+		c.early = dirty
 		// A merged session that had closed is open again if its new end
 		// is still ahead of the watermark.
-		if fired && end <= wm {
-			win["f"] = true
-		}
+		c.fired = fired && end <= wm
 	}
-	c := cachedOf(win)
 	if err := o.add(ctx, key, start, c, r, wm); err != nil {
 		return err
 	}
