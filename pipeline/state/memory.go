@@ -124,35 +124,39 @@ func (s *slabs) entry(key []byte) *memEntry {
 	}
 	e := &s.entries[0]
 	s.entries = s.entries[1:]
-	if len(key) > slabKeyBytes/4 {
-		e.key = string(key)
-	} else {
-		if cap(s.keys)-len(s.keys) < len(key) {
-			s.keys = make([]byte, 0, slabKeyBytes)
-		}
-		n := len(s.keys)
-		s.keys = append(s.keys, key...)
+	if k := inBlock(&s.keys, key); k != nil {
 		// The bytes are never written again: the next keys go after
 		// them, and a new block replaces a full one.
-		e.key = unsafe.String(unsafe.SliceData(s.keys[n:]), len(key))
+		e.key = unsafe.String(&k[0], len(k))
+	} else {
+		e.key = string(key)
 	}
 	e.hidx = -1
 	return e
 }
 
 // value returns a copy of val, from a block of values when it is small.
-// The copy's capacity is its length: appending to it cannot reach into
-// the next value.
 func (s *slabs) value(val []byte) []byte {
-	if len(val) == 0 || len(val) > slabKeyBytes/4 {
-		return bytes.Clone(val)
+	if v := inBlock(&s.vals, val); v != nil {
+		return v
 	}
-	if cap(s.vals)-len(s.vals) < len(val) {
-		s.vals = make([]byte, 0, slabKeyBytes)
+	return bytes.Clone(val)
+}
+
+// inBlock returns a copy of b appended to block, starting a new block of
+// slabKeyBytes when it is full, with its capacity cut to its length, so
+// that appending to it cannot reach into what comes next; nil when b is
+// empty or too large to share a block.
+func inBlock(block *[]byte, b []byte) []byte {
+	if len(b) == 0 || len(b) > slabKeyBytes/4 {
+		return nil
 	}
-	n := len(s.vals)
-	s.vals = append(s.vals, val...)
-	return s.vals[n:len(s.vals):len(s.vals)]
+	if cap(*block)-len(*block) < len(b) {
+		*block = make([]byte, 0, slabKeyBytes)
+	}
+	n := len(*block)
+	*block = append(*block, b...)
+	return (*block)[n:len(*block):len(*block)]
 }
 
 // reserve sizes an empty table for n keys.
