@@ -133,8 +133,9 @@ func (s *Sink) Poll(ctx context.Context, max int) kgo.Fetches {
 // given up with work in flight.
 func (s *Sink) AllowRebalance() { s.sess.Load().AllowRebalance() }
 
-// Begin starts a transaction.
-func (s *Sink) Begin() error {
+// Begin starts a transaction. ctx bounds asking for the producer id a
+// transaction kept open still lacks (see below).
+func (s *Sink) Begin(ctx context.Context) error {
 	s.mu.Lock()
 	s.firstErr = nil
 	s.mu.Unlock()
@@ -145,9 +146,35 @@ func (s *Sink) Begin() error {
 	s.connTrouble.Store(false)
 	if s.keptOpen {
 		s.keptOpen = false
-		return nil
+		return s.ensureProducerID(ctx)
 	}
 	return s.sess.Load().Begin()
+}
+
+// ensureProducerID asks for the client's producer id if it has none.
+//
+// A client begins its transaction even when it could not get a producer id
+// (a broker was down), and asks again only when it next produces. But a
+// transaction our predecessor left open with the group's offsets in it (a
+// crash between the offsets joining it and its end) makes the broker
+// withhold those offsets from us (UNSTABLE_OFFSET_COMMIT) until it ends;
+// without offsets we read nothing, so we produce nothing, and the kept
+// transaction never asks. Only our producer id ends that transaction early:
+// asking for it aborts it. Without this the pipeline sat idle until the
+// broker aborted it, transactions.timeout after it began.
+//
+// A client with its producer id answers at once. Any other failure is left
+// to the next checkpoint, except one that retrying cannot help.
+func (s *Sink) ensureProducerID(ctx context.Context) error {
+	_, _, err := s.sess.Load().Client().ProducerID(ctx)
+	if err == nil {
+		return nil
+	}
+	if Classify(err) == Exit || IsFenced(err) {
+		return err
+	}
+	s.log.Debug("no producer id yet; the next checkpoint asks again", "err", err)
+	return nil
 }
 
 // Produce sends r inside the open transaction. It blocks while the client's

@@ -19,7 +19,10 @@ func (rt *runtime) checkpoint(ctx context.Context) Checkpoint {
 	cp := Checkpoint{ID: rt.nextID}
 	start := time.Now()
 	defer rt.p.stats.txnBegan.Store(0)
-	if err := rt.sink.Begin(); err != nil {
+	bctx, bcancel := context.WithTimeout(ctx, min(max(rt.cfg.Checkpoint.Interval, time.Second), rt.cfg.Checkpoint.Timeout))
+	err := rt.sink.Begin(bctx)
+	bcancel()
+	if err != nil {
 		// The client refuses to begin only after a fatal error of its
 		// own, which a new client may not repeat: rebuild.
 		cp.Err, cp.rebuild = fmt.Errorf("beginning checkpoint %d: %w", cp.ID, err), true
