@@ -231,6 +231,9 @@ type windowOp struct {
 	gen    uint64
 	// saved is scratch space to undo a record's partial fold.
 	saved []savedField
+	// firing is scratch space for the starts of a key's cached windows
+	// while a timer goes through them.
+	firing []int64
 }
 
 // cachedWindow is a window in windowOp.cache, its stored map's entries
@@ -244,6 +247,9 @@ type cachedWindow struct {
 	// early ("d") says it changed since its last early result.
 	early    bool
 	closeSet bool
+	// inStore says the store holds a copy of it (it was read from
+	// there): dropping it must remove that copy too.
+	inStore bool
 }
 
 // cachedOf returns the cachedWindow of win, a window as stored.
@@ -393,6 +399,7 @@ func (o *windowOp) cachedWindow(key []byte, start, end int64) (*cachedWindow, er
 	var c *cachedWindow
 	if ok {
 		c = cachedOf(win)
+		c.inStore = true
 	} else {
 		c = &cachedWindow{end: end, acc: map[string]any{}}
 	}
@@ -601,59 +608,114 @@ func (o *windowOp) late(ctx pipeline.Context, r *pipeline.Record) { o.def.lateOu
 
 // OnTimer closes key's windows the watermark passed, drops those past
 // their lateness, and emits early results of open windows that changed.
+// It goes through the key's windows in start order: those in the cache
+// there, the others in the store.
 func (o *windowOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
-	if byStart := o.cache[string(t.Key)]; byStart != nil && o.st.Generation() == o.gen {
-		// The store is what the timer reads and changes.
-		if err := o.writeBackKey(t.Key, byStart); err != nil {
-			return err
-		}
-		o.cached -= len(byStart)
-		delete(o.cache, string(t.Key))
+	var byStart map[int64]*cachedWindow
+	if o.cache != nil && o.st.Generation() == o.gen {
+		byStart = o.cache[string(t.Key)]
 	}
-	all, err := o.wins.Entries(t.Key)
+	var skip func(string) bool
+	if len(byStart) > 0 {
+		// A cached window is newer than its stored copy.
+		skip = func(mk string) bool { return byStart[startOf(mk)] != nil }
+	}
+	stored, err := o.wins.EntriesExcept(t.Key, skip)
 	if err != nil {
 		return err
 	}
+	starts := o.firing[:0]
+	for start := range byStart {
+		starts = append(starts, start)
+	}
+	slices.Sort(starts)
+	o.firing = starts
 	wm := o.closing(ctx)
-	for _, e := range all {
-		win, start := e.Value, startOf(e.Key)
-		end := asInt64(win["e"])
-		acc, _ := win["a"].(map[string]any)
-		fired, _ := win["f"].(bool)
-		changed := false
-		switch {
-		case !fired && end <= wm:
-			if err := o.emit(ctx, t.Key, start, end, acc, "on_time"); err != nil {
+	for i, j := 0, 0; i < len(stored) || j < len(starts); {
+		if j == len(starts) || (i < len(stored) && startOf(stored[i].Key) < starts[j]) {
+			if err := o.fireStored(ctx, t, stored[i], wm); err != nil {
 				return err
 			}
-			win["f"], changed = true, true
-			delete(win, "d")
-			fired = true
-		case t.Domain == state.ProcessingTime && !fired:
-			if d, _ := win["d"].(bool); d {
-				if err := o.emit(ctx, t.Key, start, end, acc, "early"); err != nil {
-					return err
-				}
-				delete(win, "d")
-				changed = true
-			}
-		}
-		if fired && end+o.def.lateness <= wm {
-			if err := o.wins.Remove(t.Key, e.Key); err != nil {
-				return err
-			}
+			i++
 			continue
 		}
-		if fired && changed && o.def.lateness > 0 {
-			if err := o.timers.Set(t.Key, time.UnixMilli(end+o.def.lateness), o.domain()); err != nil {
+		if err := o.fireCached(ctx, t, byStart, starts[j], wm); err != nil {
+			return err
+		}
+		j++
+	}
+	return nil
+}
+
+// fireStored is OnTimer for a window of the store.
+func (o *windowOp) fireStored(ctx pipeline.Context, t state.Timer, e state.MapEntry[map[string]any], wm int64) error {
+	win, start := e.Value, startOf(e.Key)
+	end := asInt64(win["e"])
+	acc, _ := win["a"].(map[string]any)
+	fired, _ := win["f"].(bool)
+	changed := false
+	switch {
+	case !fired && end <= wm:
+		if err := o.emit(ctx, t.Key, start, end, acc, "on_time"); err != nil {
+			return err
+		}
+		win["f"], changed = true, true
+		delete(win, "d")
+		fired = true
+	case t.Domain == state.ProcessingTime && !fired:
+		if d, _ := win["d"].(bool); d {
+			if err := o.emit(ctx, t.Key, start, end, acc, "early"); err != nil {
 				return err
 			}
+			delete(win, "d")
+			changed = true
 		}
-		if changed {
-			if err := o.wins.Put(t.Key, e.Key, win); err != nil {
-				return err
-			}
+	}
+	if fired && end+o.def.lateness <= wm {
+		return o.wins.Remove(t.Key, e.Key)
+	}
+	if fired && changed && o.def.lateness > 0 {
+		if err := o.timers.Set(t.Key, time.UnixMilli(end+o.def.lateness), o.domain()); err != nil {
+			return err
 		}
+	}
+	if changed {
+		return o.wins.Put(t.Key, e.Key, win)
+	}
+	return nil
+}
+
+// fireCached is OnTimer for the cached window of t.Key at start: what
+// fireStored does, on the cached fields. A window that stays stays in the
+// cache, which the checkpoint writes back.
+func (o *windowOp) fireCached(ctx pipeline.Context, t state.Timer, byStart map[int64]*cachedWindow, start, wm int64) error {
+	c := byStart[start]
+	changed := false
+	switch {
+	case !c.fired && c.end <= wm:
+		if err := o.emit(ctx, t.Key, start, c.end, c.acc, "on_time"); err != nil {
+			return err
+		}
+		c.fired, c.early, changed = true, false, true
+	case t.Domain == state.ProcessingTime && !c.fired && c.early:
+		if err := o.emit(ctx, t.Key, start, c.end, c.acc, "early"); err != nil {
+			return err
+		}
+		c.early, changed = false, true
+	}
+	if c.fired && c.end+o.def.lateness <= wm {
+		delete(byStart, start)
+		o.cached--
+		if len(byStart) == 0 {
+			delete(o.cache, string(t.Key))
+		}
+		if c.inStore {
+			return o.wins.Remove(t.Key, startKey(start))
+		}
+		return nil
+	}
+	if changed && c.fired && o.def.lateness > 0 {
+		return o.timers.Set(t.Key, time.UnixMilli(c.end+o.def.lateness), o.domain())
 	}
 	return nil
 }

@@ -271,6 +271,30 @@ func TestMap(t *testing.T) {
 			ok(t, m.Put([]byte("k"), "x", 10))
 			wantEntries(t, m, "k", map[string]int{"x": 10, "y": 1})
 		}},
+		{"EntriesExcept leaves out what skip names, committed or changed", func(t *testing.T, s *Store, cp func()) {
+			m := must[*Map[int]](t)(NewMap[int](s, "m", TTLConfig{}))
+			for i, mk := range []string{"", "a", "b", "c", "d"} {
+				ok(t, m.Put([]byte("k"), mk, i))
+			}
+			cp()
+			ok(t, m.Put([]byte("k"), "b", 20)) // changed since the commit
+			ok(t, m.Put([]byte("k"), "e", 5))  // new since
+			skipped := map[string]bool{}
+			es, err := m.EntriesExcept([]byte("k"), func(mk string) bool {
+				skipped[mk] = true
+				return mk == "" || mk == "c" || mk == "e"
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(es); got != "[{a 1} {b 20} {d 4}]" {
+				t.Fatalf("EntriesExcept = %s; want [{a 1} {b 20} {d 4}]", got)
+			}
+			if len(skipped) != 6 {
+				t.Fatalf("skip saw %v; want every entry's map key once", skipped)
+			}
+			wantEntries(t, m, "k", map[string]int{"": 0, "a": 1, "b": 20, "c": 3, "d": 4, "e": 5})
+		}},
 		{"remove deletes one entry", func(t *testing.T, s *Store, cp func()) {
 			m := must[*Map[int]](t)(NewMap[int](s, "m", TTLConfig{}))
 			ok(t, m.Put([]byte("k"), "x", 1))

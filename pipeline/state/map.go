@@ -3,6 +3,7 @@ package state
 import (
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // kindMap names the map kind: the only one whose records are map entries.
@@ -78,13 +79,20 @@ type MapEntry[T any] struct {
 // operators iterating them act in the same order on every replay. With
 // OnReadAndWrite, it refreshes the expiry of every entry it returns.
 func (m *Map[T]) Entries(key []byte) ([]MapEntry[T], error) {
+	return m.EntriesExcept(key, nil)
+}
+
+// EntriesExcept is Entries without the entries whose map key skip (if not
+// nil) says to leave out: those are neither decoded nor refreshed. skip
+// must not keep the string it is given.
+func (m *Map[T]) EntriesExcept(key []byte, skip func(mk string) bool) ([]MapEntry[T], error) {
 	s := m.s
 	group := appendGroup(s.gbuf[:0], m.st.prefix, key, subMap)
 	s.gbuf = group
 	var out []MapEntry[T]
 	for _, oe := range s.ovGroups[string(group)] {
 		ks, e := oe.key, oe.e
-		if e.val == nil || !s.live(valueExp(e.val)) {
+		if e.val == nil || !s.live(valueExp(e.val)) || (skip != nil && skip(ks[len(group):])) {
 			continue
 		}
 		x, err := m.codec.Decode(payloadOf(e.val))
@@ -107,6 +115,9 @@ func (m *Map[T]) Entries(key []byte) ([]MapEntry[T], error) {
 			return s.errorf("stored value of key %q: %w", k, err)
 		}
 		if !s.live(exp) {
+			return nil
+		}
+		if skip != nil && skip(view(k[len(group):])) {
 			return nil
 		}
 		x, err := m.codec.Decode(p)
@@ -155,4 +166,12 @@ func (m *Map[T]) Clear(key []byte) error {
 		s.del(m.st, k, prevs[i])
 	}
 	return nil
+}
+
+// view is b as a string without a copy, for a call that does not keep it.
+func view(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
