@@ -691,18 +691,22 @@ func plainPrefix(b []byte) int {
 }
 
 // htmlSafePrefix returns how many bytes at the start of s appendJSONString
-// copies as they are, in whole eight-byte words, two words a step: it stops
-// at the first word holding a byte that is a quote, a backslash, a control
-// byte, '<', '>', '&' or not ASCII (the byte loop after it decides). A
-// 1 KB string field read as it stands and written back spent a fifth of a
+// copies as they are, in whole eight-byte words: it stops at the first word
+// holding a byte that is a quote, a backslash, a control byte, '<', '>',
+// '&' or not ASCII (the byte loop after it decides). It tests four words a
+// step with one branch, then finds the word among the last four. A 1 KB
+// string field read as it stands and written back spent a fifth of a
 // filter-map's CPU here.
 func htmlSafePrefix[T string | []byte](s T) int {
+	const highs = 0x8080808080808080
 	n := 0
-	for len(s)-n >= 16 {
-		if !htmlSafeWord(word(s[n:n+8])) || !htmlSafeWord(word(s[n+8:n+16])) {
+	for len(s)-n >= 32 {
+		b := s[n : n+32]
+		if (htmlUnsafeBits(word(b[0:8]))|htmlUnsafeBits(word(b[8:16]))|
+			htmlUnsafeBits(word(b[16:24]))|htmlUnsafeBits(word(b[24:32])))&highs != 0 {
 			break
 		}
-		n += 16
+		n += 32
 	}
 	for len(s)-n >= 8 && htmlSafeWord(word(s[n:n+8])) {
 		n += 8
@@ -719,11 +723,13 @@ func word[T string | []byte](b T) uint64 {
 
 // htmlSafeWord reports whether no byte of w is a quote, a backslash, a
 // control byte, '<', '>', '&' or not ASCII.
-func htmlSafeWord(w uint64) bool {
-	const (
-		ones  = 0x0101010101010101
-		highs = 0x8080808080808080
-	)
+func htmlSafeWord(w uint64) bool { return htmlUnsafeBits(w)&0x8080808080808080 == 0 }
+
+// htmlUnsafeBits returns a word whose bytes' high bits are all clear when
+// no byte of w is a quote, a backslash, a control byte, '<', '>', '&' or
+// not ASCII, and not all clear otherwise.
+func htmlUnsafeBits(w uint64) uint64 {
+	const ones = 0x0101010101010101
 	// With no high bit set, a byte's high bit is set in a term where the
 	// byte is below 0x20, or equal to the term's character: '"' (0x22)
 	// and '&' (0x26) are the bytes that read 0x26 with bit 2 set, '<'
@@ -732,7 +738,7 @@ func htmlSafeWord(w uint64) bool {
 	t |= (w ^ '\\'*ones) - ones
 	t |= ((w | 0x04*ones) ^ '&'*ones) - ones
 	t |= ((w | 0x02*ones) ^ '>'*ones) - ones
-	return (t|w)&highs == 0
+	return t | w
 }
 
 // Projection names the top-level fields of a JSON object that anything in
