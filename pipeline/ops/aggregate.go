@@ -230,7 +230,7 @@ func (a *aggregate) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pip
 	op := &aggregateOp{def: a, st: st, acc: v, dirty: map[string]*lastRecord{}}
 	if a.ttl == 0 {
 		// A cached accumulator would not expire: no cache with a TTL.
-		op.cache = newEntryTable()
+		op.cache = newKeyTable[aggEntry]()
 	}
 	return op, nil
 }
@@ -251,7 +251,7 @@ type aggregateOp struct {
 	// checkpoint (Flush), not encoded and decoded again for every record,
 	// as Kafka Streams' record cache does. At most maxCached keys; gen is
 	// the store's generation they are of. nil when the state has a TTL.
-	cache *entryTable
+	cache *keyTable[aggEntry]
 	gen   uint64
 	// saved and savedInts are scratch space to undo a record's partial
 	// fold, and vals to encode a stored accumulator.
@@ -443,7 +443,7 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 				e.ints[i], e.vals[i] = ints[i], inInts
 			}
 			if !cached {
-				o.cache.put(h, e)
+				o.cache.put(h, e.key, e)
 			}
 			return e, nil
 		}
@@ -470,7 +470,7 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 		e.vals[i] = x
 	}
 	if !cached {
-		o.cache.put(h, e)
+		o.cache.put(h, e.key, e)
 	}
 	return e, nil
 }

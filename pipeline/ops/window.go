@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -204,7 +205,7 @@ func (w *window) NewStatefulOperator(_ pipeline.TaskID, st *state.Store) (pipeli
 	}
 	op := &windowOp{def: w, st: st, wins: wins, timers: tm}
 	if w.kind != "session" {
-		op.cache = map[string]map[int64]*cachedWindow{}
+		op.cache = newKeyTable[windowKey]()
 	}
 	return op, nil
 }
@@ -220,20 +221,46 @@ type windowOp struct {
 	wins   *state.Map[map[string]any]
 	timers *state.Timers
 	starts []int64 // scratch
-	// cache holds, for tumbling and sliding windows, the windows changed
-	// since the last checkpoint, decoded, by key and start: written to
-	// the store once per checkpoint (Flush), or before a timer of their
-	// key reads them, not decoded and encoded again for every record.
-	// At most maxCached windows (cached counts them); gen is the store's
-	// generation they are of.
-	cache  map[string]map[int64]*cachedWindow
+	// cache holds, for tumbling and sliding windows, the windows used
+	// since the last checkpoint, decoded, by key: written to the store
+	// once per checkpoint (Flush), not decoded and encoded again for
+	// every record. At most maxCached windows (cached counts them); gen
+	// is the store's generation they are of.
+	cache  *keyTable[windowKey]
 	cached int
 	gen    uint64
 	// saved is scratch space to undo a record's partial fold.
 	saved []savedField
-	// firing is scratch space for the starts of a key's cached windows
-	// while a timer goes through them.
-	firing []int64
+	// firing is scratch space for a key's cached windows, in start
+	// order, while a timer goes through them.
+	firing []*cachedWindow
+}
+
+// windowKey is a key's windows in windowOp.cache: a few (one tumbling
+// window, or as many sliding ones as overlap), so a record finds its own
+// by going through them.
+type windowKey struct {
+	wins []*cachedWindow
+}
+
+// find returns the window at start, nil if there is none.
+func (k *windowKey) find(start int64) *cachedWindow {
+	for _, c := range k.wins {
+		if c.start == start {
+			return c
+		}
+	}
+	return nil
+}
+
+// drop removes c.
+func (k *windowKey) drop(c *cachedWindow) {
+	for i, x := range k.wins {
+		if x == c {
+			k.wins = slices.Delete(k.wins, i, i+1)
+			return
+		}
+	}
 }
 
 // cachedWindow is a window in windowOp.cache, its stored map's entries
@@ -241,6 +268,7 @@ type windowOp struct {
 // closeSet says its close timer is set, so that later records need not
 // set it again.
 type cachedWindow struct {
+	start int64          // its map key in the store (startKey)
 	end   int64          // "e"
 	acc   map[string]any // "a", never nil
 	fired bool           // "f": its result was emitted at its close
@@ -379,18 +407,20 @@ func (o *windowOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 func (o *windowOp) cachedWindow(key []byte, start, end int64) (*cachedWindow, error) {
 	if g := o.st.Generation(); g != o.gen {
 		// Aborted or restored: what the cache holds was rolled back.
-		clear(o.cache)
+		o.cache.reset()
 		o.cached, o.gen = 0, g
 	}
-	byStart := o.cache[string(key)]
-	if c := byStart[start]; c != nil {
-		return c, nil
+	wk, h := o.cache.get(key)
+	if wk != nil {
+		if c := wk.find(start); c != nil {
+			return c, nil
+		}
 	}
 	if o.cached >= maxCached {
 		if err := o.writeBack(); err != nil {
 			return nil, err
 		}
-		byStart = nil
+		wk = nil
 	}
 	win, ok, err := o.wins.Get(key, startKey(start))
 	if err != nil {
@@ -403,33 +433,33 @@ func (o *windowOp) cachedWindow(key []byte, start, end int64) (*cachedWindow, er
 	} else {
 		c = &cachedWindow{end: end, acc: map[string]any{}}
 	}
-	if byStart == nil {
-		byStart = map[int64]*cachedWindow{}
-		o.cache[string(key)] = byStart
+	c.start = start
+	if wk == nil {
+		wk = &windowKey{}
+		o.cache.put(h, string(key), wk)
 	}
-	byStart[start] = c
+	wk.wins = append(wk.wins, c)
 	o.cached++
 	return c, nil
 }
 
 // writeBack writes the cached windows to the store and empties the cache.
 func (o *windowOp) writeBack() error {
-	for k, byStart := range o.cache {
-		if err := o.writeBackKey([]byte(k), byStart); err != nil {
-			return err
+	var key []byte
+	err := o.cache.eachKey(func(k string, wk *windowKey) error {
+		key = append(key[:0], k...)
+		for _, c := range wk.wins {
+			if err := o.wins.Put(key, startKey(c.start), c.stored()); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	clear(o.cache)
+	o.cache.reset()
 	o.cached, o.gen = 0, o.st.Generation()
-	return nil
-}
-
-func (o *windowOp) writeBackKey(key []byte, byStart map[int64]*cachedWindow) error {
-	for start, c := range byStart {
-		if err := o.wins.Put(key, startKey(start), c.stored()); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -440,7 +470,7 @@ func (o *windowOp) Flush(pipeline.Context) error {
 		return nil
 	}
 	if o.st.Generation() != o.gen {
-		clear(o.cache) // rolled back since
+		o.cache.reset() // rolled back since
 		o.cached, o.gen = 0, o.st.Generation()
 		return nil
 	}
@@ -611,39 +641,38 @@ func (o *windowOp) late(ctx pipeline.Context, r *pipeline.Record) { o.def.lateOu
 // It goes through the key's windows in start order: those in the cache
 // there, the others in the store.
 func (o *windowOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
-	var byStart map[int64]*cachedWindow
+	var wk *windowKey
 	if o.cache != nil && o.st.Generation() == o.gen {
-		byStart = o.cache[string(t.Key)]
+		wk, _ = o.cache.get(t.Key)
 	}
 	var skip func(string) bool
-	if len(byStart) > 0 {
+	cached := o.firing[:0]
+	if wk != nil && len(wk.wins) > 0 {
 		// A cached window is newer than its stored copy.
-		skip = func(mk string) bool { return byStart[startOf(mk)] != nil }
+		skip = func(mk string) bool { return wk.find(startOf(mk)) != nil }
+		cached = append(cached, wk.wins...)
+		slices.SortFunc(cached, func(a, b *cachedWindow) int { return cmp.Compare(a.start, b.start) })
 	}
+	o.firing = cached
 	stored, err := o.wins.EntriesExcept(t.Key, skip)
 	if err != nil {
 		return err
 	}
-	starts := o.firing[:0]
-	for start := range byStart {
-		starts = append(starts, start)
-	}
-	slices.Sort(starts)
-	o.firing = starts
 	wm := o.closing(ctx)
-	for i, j := 0, 0; i < len(stored) || j < len(starts); {
-		if j == len(starts) || (i < len(stored) && startOf(stored[i].Key) < starts[j]) {
+	for i, j := 0, 0; i < len(stored) || j < len(cached); {
+		if j == len(cached) || (i < len(stored) && startOf(stored[i].Key) < cached[j].start) {
 			if err := o.fireStored(ctx, t, stored[i], wm); err != nil {
 				return err
 			}
 			i++
 			continue
 		}
-		if err := o.fireCached(ctx, t, byStart, starts[j], wm); err != nil {
+		if err := o.fireCached(ctx, t, wk, cached[j], wm); err != nil {
 			return err
 		}
 		j++
 	}
+	clear(cached)
 	return nil
 }
 
@@ -685,12 +714,11 @@ func (o *windowOp) fireStored(ctx pipeline.Context, t state.Timer, e state.MapEn
 	return nil
 }
 
-// fireCached is OnTimer for the cached window of t.Key at start: what
+// fireCached is OnTimer for c, a cached window of t.Key (wk): what
 // fireStored does, on the cached fields. A window that stays stays in the
 // cache, which the checkpoint writes back.
-func (o *windowOp) fireCached(ctx pipeline.Context, t state.Timer, byStart map[int64]*cachedWindow, start, wm int64) error {
-	c := byStart[start]
-	changed := false
+func (o *windowOp) fireCached(ctx pipeline.Context, t state.Timer, wk *windowKey, c *cachedWindow, wm int64) error {
+	start, changed := c.start, false
 	switch {
 	case !c.fired && c.end <= wm:
 		if err := o.emit(ctx, t.Key, start, c.end, c.acc, "on_time"); err != nil {
@@ -704,11 +732,8 @@ func (o *windowOp) fireCached(ctx pipeline.Context, t state.Timer, byStart map[i
 		c.early, changed = false, true
 	}
 	if c.fired && c.end+o.def.lateness <= wm {
-		delete(byStart, start)
+		wk.drop(c)
 		o.cached--
-		if len(byStart) == 0 {
-			delete(o.cache, string(t.Key))
-		}
 		if c.inStore {
 			return o.wins.Remove(t.Key, startKey(start))
 		}

@@ -6,13 +6,13 @@ import (
 	"testing"
 )
 
-// TestEntryTableAgainstAMap puts, finds and misses keys in an entryTable
+// TestKeyTableAgainstAMap puts, finds and misses keys in a keyTable
 // and a Go map side by side, across growths and resets (one after a burst
 // of keys, which drops the slots): both always agree, and each visits
 // every entry once.
-func TestEntryTableAgainstAMap(t *testing.T) {
+func TestKeyTableAgainstAMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	tab, want := newEntryTable(), map[string]*aggEntry{}
+	tab, want := newKeyTable[aggEntry](), map[string]*aggEntry{}
 	check := func(round int) {
 		t.Helper()
 		if tab.len() != len(want) {
@@ -39,7 +39,7 @@ func TestEntryTableAgainstAMap(t *testing.T) {
 			}
 			if got == nil {
 				e := newAggEntry(k, 1)
-				tab.put(h, e)
+				tab.put(h, e.key, e)
 				want[e.key] = e
 			}
 		}
