@@ -56,6 +56,9 @@ func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) Lat
 	errc := make(chan error, 1)
 	go func() { errc <- a.run(actx, e) }()
 	prod := startRate(actx, pcl, in, rate, c.Size)
+	if h.onRate != nil {
+		h.onRate(prod)
+	}
 	stopProducing := func() (int64, error) {
 		sctx, scancel := context.WithTimeout(ctx, time.Minute)
 		defer scancel()
@@ -101,9 +104,13 @@ func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) Lat
 	// start-up, which on a loaded machine can take seconds (a new
 	// instance's first checkpoints are slower). The window opens once the
 	// settle period is over and the arm keeps up with the rate: every
-	// record sent more than keepUp ago is visible.
+	// record sent more than keepUp ago is visible, and among them some
+	// sent after the drain. (Without that, an input producer that stalled
+	// for keepUp, as on a loaded machine, made a stalled arm look as if it
+	// kept up: everything it had been sent was visible.)
 	drained := time.Now()
 	l.DrainedAt = drained.UnixMicro()
+	drainedSent := prod.sent.Load()
 	settled := drained.Add(h.o.LatencySettle)
 	keepUp := c.Interval + 500*time.Millisecond
 	var sentAt []sentSample
@@ -116,7 +123,7 @@ func (h *harness) latency(ctx context.Context, a *Arm, c Case, rate float64) Lat
 			return false
 		}
 		sentAt = sentAt[i:]
-		return !now.Before(settled) && obs.complete.Load() >= sentAt[0].sent
+		return !now.Before(settled) && sentAt[0].sent > drainedSent && obs.complete.Load() >= sentAt[0].sent
 	}
 	if err := wait("settling", h.o.LatencySettle+time.Minute, keepsUp); err != nil {
 		stopProducing()

@@ -301,3 +301,80 @@ func TestLatencyWindowWaitsForTheArmToKeepUp(t *testing.T) {
 	t.Logf("the window opened %v after the slow phase ended; p99 %.0f ms, max %.0f ms",
 		time.Duration(l.MeasuredFrom-slowEnd.Load())*time.Microsecond, l.P99Ms, l.MaxMs)
 }
+
+// TestLatencyWindowWaitsForInputSentAfterTheBacklog: the input's producer
+// stalls too (a loaded machine), from just before the arm's first output
+// until after the arm itself stalls, so every record sent before the
+// first output is visible at once and nothing newer comes for a while.
+// "Every record sent a keep-up period ago is visible" then held for a
+// stalled arm, and the window opened inside its stall, which every record
+// sent meanwhile waited out. The window must wait for an output of input
+// sent after the start-up backlog.
+func TestLatencyWindowWaitsForInputSentAfterTheBacklog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a broker")
+	}
+	b, cl := startTestBroker(t)
+	var prod atomic.Pointer[rateProducer]
+	h := &harness{
+		o:     Options{LatencyFor: 300 * time.Millisecond, MaxRecords: 1000, Linger: 5 * time.Millisecond, RunTimeout: 30 * time.Second},
+		seeds: b.Addrs(), cl: cl, adm: kadm.NewClient(cl), id: "bench-latency-held-test",
+		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		onRate: func(p *rateProducer) { prod.Store(p) },
+	}
+	const stall, held = time.Second, 200 * time.Millisecond
+	var stalledUntil, heldFor atomic.Int64
+	a := &Arm{Name: "stall", run: func(ctx context.Context, e *env) error {
+		cl, err := kgo.NewClient(e.clientOpts()...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		pctx := context.WithoutCancel(ctx)
+		var polled int64
+		first := true
+		for {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				break
+			}
+			p := prod.Load()
+			if first && !fs.Empty() {
+				p.hold.Store(true)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				polled++
+				cl.Produce(pctx, &kgo.Record{Topic: e.out, Key: r.Key, Value: r.Value}, nil)
+			})
+			if first && !fs.Empty() && polled >= p.sent.Load() {
+				// Every record sent so far is out: stall, and let
+				// the input flow again a little into the stall.
+				first = false
+				if err := cl.Flush(ctx); err != nil {
+					return err
+				}
+				start := time.Now()
+				time.Sleep(held)
+				p.hold.Store(false)
+				heldFor.Store(int64(time.Since(start)))
+				time.Sleep(stall - held)
+				stalledUntil.Store(time.Now().UnixMicro())
+			}
+		}
+		return cl.Flush(pctx)
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l := h.latency(ctx, a, Case{Interval: 100 * time.Millisecond, Size: 100, Partitions: 2}, 2000)
+	if l.Err != "" {
+		t.Fatal(l.Err)
+	}
+	if stalledUntil.Load() == 0 || heldFor.Load() == 0 {
+		t.Fatal("the arm never stalled with the input held: the fault did not fire")
+	}
+	if l.MeasuredFrom < stalledUntil.Load() {
+		t.Errorf("the window opened %v before the arm's stall ended", time.Duration(stalledUntil.Load()-l.MeasuredFrom)*time.Microsecond)
+	}
+	t.Logf("input held %v into the arm's %v stall; window opened %v after it; %d timed, p99 %.0f ms",
+		time.Duration(heldFor.Load()).Round(time.Millisecond), stall, time.Duration(l.MeasuredFrom-stalledUntil.Load())*time.Microsecond, l.Measured, l.P99Ms)
+}

@@ -64,6 +64,7 @@ type rateProducer struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	sent    atomic.Int64
+	hold    atomic.Bool // tests: while set, nothing is sent (and then what fell due meanwhile, at once)
 	err     firstErr
 	elapsed time.Duration // from the start to the last tick; set when it stops
 }
@@ -86,6 +87,9 @@ func startRate(ctx context.Context, cl *kgo.Client, topic string, rate float64, 
 			case <-p.stop:
 				return
 			case now := <-t.C:
+				if p.hold.Load() {
+					continue
+				}
 				// Produce blocks when the client's buffer is full: a broker
 				// that cannot keep up shows as an achieved rate below rate.
 				due := int64(rate * now.Sub(start).Seconds())

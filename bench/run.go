@@ -37,6 +37,8 @@ type harness struct {
 	out   io.Writer // tables
 	msg   io.Writer // progress
 	res   *Results
+	// onRate, if set, is given each latency run's rate producer (tests).
+	onRate func(*rateProducer)
 }
 
 // Run runs the benchmark o describes, printing tables to stdout and
