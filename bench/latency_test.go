@@ -23,44 +23,24 @@ func TestLatencyWindowOpensAfterTheStartUpBacklog(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a broker")
 	}
-	b, cl := startTestBroker(t)
-	h := &harness{
-		o:     Options{LatencyFor: 300 * time.Millisecond, MaxRecords: 1000, Linger: 5 * time.Millisecond, RunTimeout: 30 * time.Second},
-		seeds: b.Addrs(), cl: cl, adm: kadm.NewClient(cl), id: "bench-latency-test",
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	h := latencyHarness(t, "bench-latency-test", 0)
 
 	const stall = time.Second
 	var stalledUntil, sentDuring atomic.Int64
-	a := &Arm{Name: "stall", run: func(ctx context.Context, e *env) error {
-		cl, err := kgo.NewClient(e.clientOpts()...)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		pctx := context.WithoutCancel(ctx)
-		first := true
-		for {
-			fs := cl.PollFetches(ctx)
-			if ctx.Err() != nil {
-				break
+	first := true
+	a := copyingArm("stall", func(ctx context.Context, cl *kgo.Client, e *env, fs kgo.Fetches) error {
+		if first && !fs.Empty() {
+			first = false
+			if err := cl.Flush(ctx); err != nil {
+				return err
 			}
-			fs.EachRecord(func(r *kgo.Record) {
-				cl.Produce(pctx, &kgo.Record{Topic: e.out, Key: r.Key, Value: r.Value}, nil)
-			})
-			if first && !fs.Empty() {
-				first = false
-				if err := cl.Flush(ctx); err != nil {
-					return err
-				}
-				before := endOffsets(cl, e.in)
-				time.Sleep(stall)
-				sentDuring.Store(endOffsets(cl, e.in) - before)
-				stalledUntil.Store(time.Now().UnixMicro())
-			}
+			before := endOffsets(cl, e.in)
+			time.Sleep(stall)
+			sentDuring.Store(endOffsets(cl, e.in) - before)
+			stalledUntil.Store(time.Now().UnixMicro())
 		}
-		return cl.Flush(pctx)
-	}}
+		return nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	l := h.latency(ctx, a, Case{Interval: 100 * time.Millisecond, Size: 100, Partitions: 2}, 2000)
@@ -173,31 +153,9 @@ func TestLatencyWindowOpensAfterTheSettlePeriod(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a broker")
 	}
-	b, cl := startTestBroker(t)
-	copyArm := &Arm{Name: "copy", run: func(ctx context.Context, e *env) error {
-		cl, err := kgo.NewClient(e.clientOpts()...)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		pctx := context.WithoutCancel(ctx)
-		for {
-			fs := cl.PollFetches(ctx)
-			if ctx.Err() != nil {
-				break
-			}
-			fs.EachRecord(func(r *kgo.Record) {
-				cl.Produce(pctx, &kgo.Record{Topic: e.out, Key: r.Key, Value: r.Value}, nil)
-			})
-		}
-		return cl.Flush(pctx)
-	}}
+	copyArm := copyingArm("copy", nil)
 	for _, settle := range []time.Duration{0, 700 * time.Millisecond} {
-		h := &harness{
-			o:     Options{LatencyFor: 300 * time.Millisecond, LatencySettle: settle, MaxRecords: 1000, Linger: 5 * time.Millisecond, RunTimeout: 30 * time.Second},
-			seeds: b.Addrs(), cl: cl, adm: kadm.NewClient(cl), id: "bench-settle-test-" + settle.String(),
-			log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		}
+		h := latencyHarness(t, "bench-settle-test-"+settle.String(), settle)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		l := h.latency(ctx, copyArm, Case{Interval: 100 * time.Millisecond, Size: 100, Partitions: 2}, 2000)
 		cancel()
@@ -232,6 +190,46 @@ func startTestBroker(t *testing.T) (*broker.Broker, *kgo.Client) {
 	return b, cl
 }
 
+// latencyHarness is a harness for latency runs on a broker of the test's
+// own, with the given settle period.
+func latencyHarness(t *testing.T, id string, settle time.Duration) *harness {
+	b, cl := startTestBroker(t)
+	return &harness{
+		o:     Options{LatencyFor: 300 * time.Millisecond, LatencySettle: settle, MaxRecords: 1000, Linger: 5 * time.Millisecond, RunTimeout: 30 * time.Second},
+		seeds: b.Addrs(), cl: cl, adm: kadm.NewClient(cl), id: id,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// copyingArm copies its input to its output, one fetch at a time; after,
+// if not nil, runs once each fetch is handed to the producer (tests stall
+// the arm in it).
+func copyingArm(name string, after func(ctx context.Context, cl *kgo.Client, e *env, fs kgo.Fetches) error) *Arm {
+	return &Arm{Name: name, run: func(ctx context.Context, e *env) error {
+		cl, err := kgo.NewClient(e.clientOpts()...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		pctx := context.WithoutCancel(ctx)
+		for {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				break
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				cl.Produce(pctx, &kgo.Record{Topic: e.out, Key: r.Key, Value: r.Value}, nil)
+			})
+			if after != nil {
+				if err := after(ctx, cl, e, fs); err != nil {
+					return err
+				}
+			}
+		}
+		return cl.Flush(pctx)
+	}}
+}
+
 // TestLatencyWindowWaitsForTheArmToKeepUp: an arm that runs below the rate
 // for longer than the settle period after its first output (as a new
 // instance's first checkpoints can on a loaded machine) builds a backlog;
@@ -241,7 +239,6 @@ func TestLatencyWindowWaitsForTheArmToKeepUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a broker")
 	}
-	b, cl := startTestBroker(t)
 	const slow = 2500 * time.Millisecond
 	var slowEnd atomic.Int64 // Unix microseconds
 	var throttled atomic.Int64
@@ -281,11 +278,7 @@ func TestLatencyWindowWaitsForTheArmToKeepUp(t *testing.T) {
 		}
 		return cl.Flush(pctx)
 	}}
-	h := &harness{
-		o:     Options{LatencyFor: 300 * time.Millisecond, LatencySettle: time.Second, MaxRecords: 1000, Linger: 5 * time.Millisecond, RunTimeout: 30 * time.Second},
-		seeds: b.Addrs(), cl: cl, adm: kadm.NewClient(cl), id: "bench-keep-up-test",
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	h := latencyHarness(t, "bench-keep-up-test", time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	l := h.latency(ctx, lagging, Case{Interval: 100 * time.Millisecond, Size: 100, Partitions: 1}, 2000)
@@ -314,55 +307,36 @@ func TestLatencyWindowWaitsForInputSentAfterTheBacklog(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a broker")
 	}
-	b, cl := startTestBroker(t)
 	var prod atomic.Pointer[rateProducer]
-	h := &harness{
-		o:     Options{LatencyFor: 300 * time.Millisecond, MaxRecords: 1000, Linger: 5 * time.Millisecond, RunTimeout: 30 * time.Second},
-		seeds: b.Addrs(), cl: cl, adm: kadm.NewClient(cl), id: "bench-latency-held-test",
-		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		onRate: func(p *rateProducer) { prod.Store(p) },
-	}
+	h := latencyHarness(t, "bench-latency-held-test", 0)
+	h.onRate = func(p *rateProducer) { prod.Store(p) }
 	const stall, held = time.Second, 200 * time.Millisecond
 	var stalledUntil, heldFor atomic.Int64
-	a := &Arm{Name: "stall", run: func(ctx context.Context, e *env) error {
-		cl, err := kgo.NewClient(e.clientOpts()...)
-		if err != nil {
+	var polled int64
+	first := true
+	a := copyingArm("stall", func(ctx context.Context, cl *kgo.Client, _ *env, fs kgo.Fetches) error {
+		if !first || fs.Empty() {
+			return nil
+		}
+		p := prod.Load()
+		p.hold.Store(true)
+		if polled += int64(fs.NumRecords()); polled < p.sent.Load() {
+			return nil
+		}
+		// Every record sent so far is out: stall, and let the input
+		// flow again a little into the stall.
+		first = false
+		if err := cl.Flush(ctx); err != nil {
 			return err
 		}
-		defer cl.Close()
-		pctx := context.WithoutCancel(ctx)
-		var polled int64
-		first := true
-		for {
-			fs := cl.PollFetches(ctx)
-			if ctx.Err() != nil {
-				break
-			}
-			p := prod.Load()
-			if first && !fs.Empty() {
-				p.hold.Store(true)
-			}
-			fs.EachRecord(func(r *kgo.Record) {
-				polled++
-				cl.Produce(pctx, &kgo.Record{Topic: e.out, Key: r.Key, Value: r.Value}, nil)
-			})
-			if first && !fs.Empty() && polled >= p.sent.Load() {
-				// Every record sent so far is out: stall, and let
-				// the input flow again a little into the stall.
-				first = false
-				if err := cl.Flush(ctx); err != nil {
-					return err
-				}
-				start := time.Now()
-				time.Sleep(held)
-				p.hold.Store(false)
-				heldFor.Store(int64(time.Since(start)))
-				time.Sleep(stall - held)
-				stalledUntil.Store(time.Now().UnixMicro())
-			}
-		}
-		return cl.Flush(pctx)
-	}}
+		start := time.Now()
+		time.Sleep(held)
+		p.hold.Store(false)
+		heldFor.Store(int64(time.Since(start)))
+		time.Sleep(stall - held)
+		stalledUntil.Store(time.Now().UnixMicro())
+		return nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	l := h.latency(ctx, a, Case{Interval: 100 * time.Millisecond, Size: 100, Partitions: 2}, 2000)
