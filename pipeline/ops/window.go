@@ -678,71 +678,59 @@ func (o *windowOp) OnTimer(ctx pipeline.Context, t state.Timer) error {
 
 // fireStored is OnTimer for a window of the store.
 func (o *windowOp) fireStored(ctx pipeline.Context, t state.Timer, e state.MapEntry[map[string]any], wm int64) error {
-	win, start := e.Value, startOf(e.Key)
-	end := asInt64(win["e"])
-	acc, _ := win["a"].(map[string]any)
-	fired, _ := win["f"].(bool)
-	changed := false
+	c := cachedOf(e.Value)
+	c.start = startOf(e.Key)
+	changed, drop, err := o.fire(ctx, t, c, wm)
 	switch {
-	case !fired && end <= wm:
-		if err := o.emit(ctx, t.Key, start, end, acc, "on_time"); err != nil {
-			return err
-		}
-		win["f"], changed = true, true
-		delete(win, "d")
-		fired = true
-	case t.Domain == state.ProcessingTime && !fired:
-		if d, _ := win["d"].(bool); d {
-			if err := o.emit(ctx, t.Key, start, end, acc, "early"); err != nil {
-				return err
-			}
-			delete(win, "d")
-			changed = true
-		}
-	}
-	if fired && end+o.def.lateness <= wm {
+	case err != nil:
+		return err
+	case drop:
 		return o.wins.Remove(t.Key, e.Key)
-	}
-	if fired && changed && o.def.lateness > 0 {
-		if err := o.timers.Set(t.Key, time.UnixMilli(end+o.def.lateness), o.domain()); err != nil {
-			return err
-		}
-	}
-	if changed {
-		return o.wins.Put(t.Key, e.Key, win)
+	case changed:
+		return o.wins.Put(t.Key, e.Key, c.stored())
 	}
 	return nil
 }
 
-// fireCached is OnTimer for c, a cached window of t.Key (wk): what
-// fireStored does, on the cached fields. A window that stays stays in the
-// cache, which the checkpoint writes back.
+// fireCached is OnTimer for c, a cached window of t.Key (wk). A window
+// that stays stays in the cache, which the checkpoint writes back.
 func (o *windowOp) fireCached(ctx pipeline.Context, t state.Timer, wk *windowKey, c *cachedWindow, wm int64) error {
-	start, changed := c.start, false
+	_, drop, err := o.fire(ctx, t, c, wm)
+	if err != nil || !drop {
+		return err
+	}
+	wk.drop(c)
+	o.cached--
+	if c.inStore {
+		return o.wins.Remove(t.Key, startKey(c.start))
+	}
+	return nil
+}
+
+// fire emits the result of window c of t.Key the timer is due for: on
+// time once the watermark passed its end, early if it changed since its
+// last early result. changed says c changed; drop, that it is past its
+// lateness and goes.
+func (o *windowOp) fire(ctx pipeline.Context, t state.Timer, c *cachedWindow, wm int64) (changed, drop bool, err error) {
 	switch {
 	case !c.fired && c.end <= wm:
-		if err := o.emit(ctx, t.Key, start, c.end, c.acc, "on_time"); err != nil {
-			return err
+		if err := o.emit(ctx, t.Key, c.start, c.end, c.acc, "on_time"); err != nil {
+			return false, false, err
 		}
 		c.fired, c.early, changed = true, false, true
 	case t.Domain == state.ProcessingTime && !c.fired && c.early:
-		if err := o.emit(ctx, t.Key, start, c.end, c.acc, "early"); err != nil {
-			return err
+		if err := o.emit(ctx, t.Key, c.start, c.end, c.acc, "early"); err != nil {
+			return false, false, err
 		}
 		c.early, changed = false, true
 	}
 	if c.fired && c.end+o.def.lateness <= wm {
-		wk.drop(c)
-		o.cached--
-		if c.inStore {
-			return o.wins.Remove(t.Key, startKey(start))
-		}
-		return nil
+		return changed, true, nil
 	}
 	if changed && c.fired && o.def.lateness > 0 {
-		return o.timers.Set(t.Key, time.UnixMilli(c.end+o.def.lateness), o.domain())
+		err = o.timers.Set(t.Key, time.UnixMilli(c.end+o.def.lateness), o.domain())
 	}
-	return nil
+	return changed, false, err
 }
 
 // emit sends the result of window [start, end) of key.
