@@ -317,33 +317,45 @@ func (ev *Evaluator) appendObject(o *fastObject, env *fastEnv) ([]byte, bool) {
 // would take Eval's work (call Eval then). Fields of JSON values read as
 // they were written are read without building them.
 func (ev *Evaluator) EvalInt(e *Expr, r *Record) (n int, ok bool) {
+	n, _, ok = ev.EvalIntRaw(e, r)
+	return n, ok
+}
+
+// EvalIntRaw is EvalInt that also returns, when n is a field of r's JSON
+// value read as it was written, its digits there (as
+// strconv.AppendInt would write n: the decoder keeps only such), valid
+// while r's value is; nil otherwise.
+func (ev *Evaluator) EvalIntRaw(e *Expr, r *Record) (n int, raw []byte, ok bool) {
 	if e.direct == directValueField {
 		v := &r.Value
 		if v.load() != nil || !v.split || v.decoded {
-			return 0, false
+			return 0, nil, false
 		}
 		f := v.fieldAt(e.field)
 		if f == nil {
-			return 0, false
+			return 0, nil, false
 		}
 		if f.Value == nil {
-			return f.RawInt()
+			if n, ok = f.RawInt(); ok {
+				return n, f.Raw, true
+			}
+			return 0, nil, false
 		}
 		n, ok = f.Value.(int)
-		return n, ok
+		return n, nil, ok
 	}
 	if e.fast == nil || e.direct != notDirect {
-		return 0, false
+		return 0, nil, false
 	}
 	env, err := ev.readyFast(e, r, nil)
 	if err != nil {
-		return 0, false
+		return 0, nil, false
 	}
 	x, ok := e.fast(env)
 	if !ok || x.k != vInt {
-		return 0, false
+		return 0, nil, false
 	}
-	return x.i(), true
+	return x.i(), nil, true
 }
 
 // Reuse lets the evaluator build the values EvalValue returns in the

@@ -506,3 +506,32 @@ func BenchmarkHTMLSafePrefix(b *testing.B) {
 		}
 	}
 }
+
+// TestSmallIntReadsWhatStrconvWrites: every length of 1 to 18 digits, with
+// and without a minus, and the digit patterns that carry between the
+// eight-digit groups, read back as the int written.
+func TestSmallIntReadsWhatStrconvWrites(t *testing.T) {
+	ns := []int{0, 1, 9, 10, 99, 12345678, 99999999, 100000000, 999999999999999999, 100000000000000000, 123456789012345678}
+	for d := 1; d <= 18; d++ {
+		x := 1
+		for range d - 1 {
+			x *= 10
+		}
+		ns = append(ns, x, x*10-1, x+x/3, x*9+x-1-x/7)
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		ns = append(ns, int(rnd.Int64N(1_000_000_000_000_000_000)))
+	}
+	for _, n := range ns {
+		for _, x := range []int{n, -n} {
+			b := strconv.AppendInt(nil, int64(x), 10)
+			if got, ok := smallInt(b); !ok || got != x {
+				t.Fatalf("smallInt(%s) = %d, %v", b, got, ok)
+			}
+		}
+	}
+	if _, ok := smallInt([]byte("1234567890123456789")); ok {
+		t.Error("19 digits read")
+	}
+}

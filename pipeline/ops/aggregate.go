@@ -257,6 +257,10 @@ type aggregateOp struct {
 	// fold, and vals to encode a stored accumulator.
 	saved, vals []any
 	savedInts   []int
+	// raw is, after foldCached, each field's accumulator as the record
+	// folded in wrote it, where it was that (aggField.foldInt), or nil:
+	// the emitted value copies it rather than format the int again.
+	raw [4][]byte
 	// chunk holds output values, many to an allocation (encodeResult).
 	chunk codec.Chunk
 }
@@ -322,7 +326,7 @@ func newAggEntry(key []byte, n int) *aggEntry {
 
 // val returns field i's accumulator, boxed.
 func (e *aggEntry) val(i int) any {
-	if e.vals[i] == inInts {
+	if isInts(e.vals[i]) {
 		return e.ints[i]
 	}
 	return e.vals[i]
@@ -334,10 +338,17 @@ var absent any = absentField{}
 
 type absentField struct{}
 
+// isAbsent reports whether v is absent. It and isInts test the type alone:
+// comparing with the interface calls the runtime.
+func isAbsent(v any) bool { _, ok := v.(absentField); return ok }
+
 // inInts stands in aggEntry.vals for an accumulator kept in ints.
 var inInts any = intsField{}
 
 type intsField struct{}
+
+// isInts reports whether v is inInts.
+func isInts(v any) bool { _, ok := v.(intsField); return ok }
 
 func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 	key, err := r.KeyBytes()
@@ -361,7 +372,7 @@ func (o *aggregateOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 			r.CopyWithoutValue(e.last)
 			return nil
 		}
-		out, err = o.encodeVals(e.vals, e.ints)
+		out, err = o.encodeVals(e.vals, e.ints, &o.raw)
 	} else {
 		acc, err := o.foldStored(ctx, key, r)
 		if err != nil {
@@ -430,17 +441,21 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 	var ints [4]int
 	j, failed := 0, -1 // failed: the field known not to fold as an int
 	if len(o.def.fields) <= len(ints) {
+		ev := ctx.Eval()
 		for ; j < len(o.def.fields); j++ {
-			n, ok := o.def.fields[j].foldInt(ctx.Eval(), e, j, r)
+			n, raw, ok := o.def.fields[j].foldInt(ev, e, j, r)
 			if !ok {
 				break
 			}
-			ints[j] = n
+			ints[j], o.raw[j] = n, raw
 		}
 		failed = j
 		if j == len(o.def.fields) {
 			for i := range j {
-				e.ints[i], e.vals[i] = ints[i], inInts
+				e.ints[i] = ints[i]
+				if !isInts(e.vals[i]) {
+					e.vals[i] = inInts
+				}
 			}
 			if !cached {
 				o.cache.put(h, e.key, e)
@@ -448,6 +463,7 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 			return e, nil
 		}
 	}
+	o.raw = [4][]byte{}
 	o.saved = append(o.saved[:0], e.vals...)
 	o.savedInts = append(o.savedInts[:0], e.ints...)
 	for i := range j {
@@ -456,7 +472,7 @@ func (o *aggregateOp) foldCached(ctx pipeline.Context, key []byte, r *pipeline.R
 	for i := j; i < len(o.def.fields); i++ {
 		f := &o.def.fields[i]
 		if i != failed {
-			if n, ok := f.foldInt(ctx.Eval(), e, i, r); ok {
+			if n, _, ok := f.foldInt(ctx.Eval(), e, i, r); ok {
 				e.ints[i], e.vals[i] = n, inInts
 				continue
 			}
@@ -504,7 +520,7 @@ func (o *aggregateOp) writeBack() error {
 	err := o.cache.each(func(e *aggEntry) error {
 		acc := make(map[string]any, len(e.vals))
 		for i, f := range o.def.fields {
-			if e.vals[i] != absent {
+			if !isAbsent(e.vals[i]) {
 				acc[f.name] = e.val(i)
 			}
 		}
@@ -538,7 +554,7 @@ func (o *aggregateOp) Flush(ctx pipeline.Context) error {
 			var out []byte
 			var err error
 			if e.vals != nil {
-				out, err = o.encodeVals(e.vals, e.ints)
+				out, err = o.encodeVals(e.vals, e.ints, nil)
 			} else {
 				// Rolled back: the store's is the current one.
 				acc, ok, gerr := o.acc.Get([]byte(e.key))
@@ -596,21 +612,27 @@ func (o *aggregateOp) Flush(ctx pipeline.Context) error {
 // the value decodes it, as it would a record read from a topic.
 func (o *aggregateOp) encodeResult(acc map[string]any) ([]byte, error) {
 	o.vals = o.valsOf(acc, o.vals[:0])
-	return o.encodeVals(o.vals, nil)
+	return o.encodeVals(o.vals, nil, nil)
 }
 
 // encodeVals is encodeResult of the accumulators by field index: vals,
-// and ints where vals holds inInts.
-func (o *aggregateOp) encodeVals(vals []any, ints []int) ([]byte, error) {
+// and ints where vals holds inInts, written as raw has them where it has
+// (foldCached).
+func (o *aggregateOp) encodeVals(vals []any, ints []int, raw *[4][]byte) ([]byte, error) {
 	b := o.chunk.Tail()
 	b = append(b, '{')
 	var err error
-	for i, f := range o.def.fields {
+	for i := range o.def.fields {
+		f := &o.def.fields[i]
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, f.jsonName...)
-		if vals[i] == inInts {
+		if isInts(vals[i]) {
+			if raw != nil && i < len(raw) && raw[i] != nil {
+				b = append(b, raw[i]...)
+				continue
+			}
 			b = strconv.AppendInt(b, int64(ints[i]), 10)
 			continue
 		}
@@ -624,7 +646,7 @@ func (o *aggregateOp) encodeVals(vals []any, ints []int) ([]byte, error) {
 // result is the field's output value from its accumulator v (absent:
 // null): avg's mean, the others' accumulator.
 func (f *aggField) result(v any) any {
-	if v == absent {
+	if isAbsent(v) {
 		return nil
 	}
 	if f.kind == aggAvg {
@@ -657,47 +679,51 @@ func (f *aggField) fold(ev *pipeline.Evaluator, acc map[string]any, r *pipeline.
 // foldInt returns field i of e with r folded in where the accumulator
 // stays an int: a count; the sum, first or last of whole numbers that
 // Evaluator.EvalInt reads without boxing. It changes nothing; ok is false
-// where foldValue must fold r.
-func (f *aggField) foldInt(ev *pipeline.Evaluator, e *aggEntry, i int, r *pipeline.Record) (n int, ok bool) {
+// where foldValue must fold r. raw, when not nil, is n as r's value wrote
+// it (Evaluator.EvalIntRaw), valid while r is: the output can copy it
+// rather than format n.
+func (f *aggField) foldInt(ev *pipeline.Evaluator, e *aggEntry, i int, r *pipeline.Record) (n int, raw []byte, ok bool) {
 	cur := e.vals[i]
 	// n is the accumulator, if it is an int.
-	switch cur {
-	case inInts:
+	none := false // no accumulator yet
+	switch cur.(type) {
+	case intsField:
 		n = e.ints[i]
-	case absent:
+	case absentField:
+		none = true
 	default:
 		var isInt bool
 		if n, isInt = cur.(int); !isInt && f.kind != aggCount && f.kind != aggLast {
-			return 0, false
+			return 0, nil, false
 		}
 	}
 	switch f.kind {
 	case aggCount:
 		if f.expr != nil {
-			return 0, false // a count of something else: foldValue checks it
+			return 0, nil, false // a count of something else: foldValue checks it
 		}
 		n++
 	case aggSum, aggFirst, aggLast:
-		x, isInt := ev.EvalInt(f.expr, r)
+		x, xraw, isInt := ev.EvalIntRaw(f.expr, r)
 		if !isInt {
-			return 0, false
+			return 0, nil, false
 		}
 		switch {
-		case f.kind == aggLast, cur == absent:
-			n = x
+		case f.kind == aggLast, none:
+			n, raw = x, xraw
 		case f.kind == aggSum:
 			n += x
 		}
 	default:
-		return 0, false
+		return 0, nil, false
 	}
-	return n, true
+	return n, raw, true
 }
 
 // foldValue returns the field's accumulator cur (absent if none) with r
 // added.
 func (f *aggField) foldValue(ev *pipeline.Evaluator, cur any, r *pipeline.Record) (any, error) {
-	has := cur != absent
+	has := !isAbsent(cur)
 	var x any
 	if f.expr != nil {
 		var err error

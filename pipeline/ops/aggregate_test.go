@@ -152,7 +152,7 @@ func whole(x float64) any {
 // that opens its store (task 0, in one memory backend shared by every
 // call, so a store opened again holds what was committed) and an operator
 // over it.
-func statefulOpener(t *testing.T, name, kind string, args map[string]any) func() (*state.Store, pipeline.Operator) {
+func statefulOpener(t testing.TB, name, kind string, args map[string]any) func() (*state.Store, pipeline.Operator) {
 	t.Helper()
 	return statefulOpenerN(t, name, kind, args, 1)
 }
@@ -178,7 +178,7 @@ func fireTimers(t *testing.T, ctx *optest.Context, st *state.Store, op pipeline.
 }
 
 // statefulOpenerN is statefulOpener of a step reading inputs streams.
-func statefulOpenerN(t *testing.T, name, kind string, args map[string]any, inputs int) func() (*state.Store, pipeline.Operator) {
+func statefulOpenerN(t testing.TB, name, kind string, args map[string]any, inputs int) func() (*state.Store, pipeline.Operator) {
 	t.Helper()
 	f, _ := ops.NewRegistry().Lookup(kind)
 	s := pipeline.NewSpec(name, kind, "steps[0]."+kind, args, inputs, func(string) int { return 0 })
@@ -453,5 +453,39 @@ func TestAggregateKeepsNoRecord(t *testing.T) {
 			}
 		}
 		_ = st.Close()
+	}
+}
+
+// BenchmarkAggregateFold is the keyed count of the bench tool (count, last
+// seq, last send time) on records decoded beforehand, over 100 keys
+// already cached: the fold and the output value, without decoding, the
+// store or checkpoints (engine's BenchmarkAggregateOp has those).
+func BenchmarkAggregateFold(b *testing.B) {
+	_, op := statefulOpener(b, "agg", "aggregate", map[string]any{"fields": map[string]any{
+		"count": "count", "seq": map[string]any{"last": "value.seq"}, "ts": map[string]any{"last": "value.ts"}}})()
+	ctx := optest.NewContext(b)
+	dec := pipeline.NewDecoding(pipeline.String, pipeline.JSON, pipeline.ValueReads{Fields: []string{"seq", "ts"}})
+	var buf pipeline.DecodeBuffer
+	recs := make([]*pipeline.Record, 1000)
+	for i := range recs {
+		recs[i] = new(pipeline.Record)
+		recs[i].Read(&kgo.Record{Key: fmt.Appendf(nil, "k%d", i%100),
+			Value: fmt.Appendf(nil, `{"seq":%d,"ts":%d,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`, 1234567+i, 1795955790878123+i)}, dec)
+		recs[i].Preload(&buf)
+	}
+	// Process sets r's value to the output: each goes in as a copy.
+	var r pipeline.Record
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if i%len(recs) == 0 {
+			ctx.Reset()
+		}
+		r = *recs[i%len(recs)]
+		if err := op.Process(ctx, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if got := ctx.Emitted(""); len(got) == 0 || !strings.Contains(values(b, got[len(got)-1:]), `"ts":1795955790`) {
+		b.Fatalf("outputs: %d, the last %s", len(got), values(b, got[len(got)-1:]))
 	}
 }

@@ -33,7 +33,7 @@ func jsonRecord(v string) *pipeline.Record {
 	return &pipeline.Record{Value: pipeline.RawValue([]byte(v), pipeline.JSON)}
 }
 
-func values(t *testing.T, rs []*pipeline.Record) string {
+func values(t testing.TB, rs []*pipeline.Record) string {
 	t.Helper()
 	var out []string
 	for _, r := range rs {
