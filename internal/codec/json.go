@@ -53,12 +53,16 @@ func (d *jsonDecoder) rawScalar() []byte {
 		}
 		return nil
 	}
+	b := d.b
 	i := start
-	if d.b[i] == '-' {
+	if b[i] == '-' {
 		i++
 	}
 	j := i
-	for j < len(d.b) && d.b[j] >= '0' && d.b[j] <= '9' {
+	for len(b)-j >= 8 && eightDigitsAt(word(b[j:j+8])) {
+		j += 8
+	}
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
 		j++
 	}
 	switch n := j - i; {
@@ -84,9 +88,16 @@ func (d *jsonDecoder) errorf(format string, args ...any) error {
 }
 
 func (d *jsonDecoder) space() {
+	// Most calls find none: one comparison says so, inlined.
+	if d.i < len(d.b) && d.b[d.i] > ' ' {
+		return
+	}
+	d.spaces()
+}
+
+func (d *jsonDecoder) spaces() {
 	for d.i < len(d.b) {
-		// Most calls find none: one comparison says so.
-		if c := d.b[d.i]; c > ' ' || c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+		if c := d.b[d.i]; c != ' ' && c != '\t' && c != '\n' && c != '\r' {
 			return
 		}
 		d.i++
@@ -420,6 +431,13 @@ func smallInt(b []byte) (int, bool) {
 		n = -n
 	}
 	return n, true
+}
+
+// eightDigitsAt reports whether each byte of w is an ASCII digit: its high
+// half 3, and still 3 with 6 added (which carries into it from 0x3a up).
+func eightDigitsAt(w uint64) bool {
+	const threes, sixes, highs = 0x3030303030303030, 0x0606060606060606, 0xf0f0f0f0f0f0f0f0
+	return w&highs == threes && (w+sixes)&highs == threes
 }
 
 // eightDigits is the number w's eight bytes write as ASCII digits, the

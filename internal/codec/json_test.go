@@ -535,3 +535,18 @@ func TestSmallIntReadsWhatStrconvWrites(t *testing.T) {
 		t.Error("19 digits read")
 	}
 }
+
+// TestEightDigitsAt: a word is eight digits exactly when each of its bytes
+// is '0' to '9', whichever byte is not.
+func TestEightDigitsAt(t *testing.T) {
+	for pos := range 8 {
+		for c := range 256 {
+			b := []byte("50505050")
+			b[pos] = byte(c)
+			want := c >= '0' && c <= '9'
+			if got := eightDigitsAt(word(b)); got != want {
+				t.Fatalf("%q: %v, want %v", b, got, want)
+			}
+		}
+	}
+}
