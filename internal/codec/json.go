@@ -501,12 +501,16 @@ func (d *jsonDecoder) scanNumber() (whole bool, err error) {
 		d.i++
 	}
 	digits := func() int {
-		n := 0
-		for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
-			d.i++
-			n++
+		b, start := d.b, d.i
+		i := start
+		for len(b)-i >= 8 && eightDigitsAt(word(b[i:i+8])) {
+			i += 8
 		}
-		return n
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		d.i = i
+		return i - start
 	}
 	if d.i >= len(d.b) {
 		return false, d.errorf("invalid number")
