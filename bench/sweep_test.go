@@ -30,6 +30,14 @@ func sweepOptions(records int, latency bool, arms ...string) Options {
 // temporary file, and returns its results and what it printed.
 func sweepWith(t *testing.T, o Options) (*Results, string) {
 	t.Helper()
+	res, out, _ := sweepMessages(t, o)
+	return res, out
+}
+
+// sweepMessages is sweepWith that also returns the messages the run wrote
+// as it went.
+func sweepMessages(t *testing.T, o Options) (*Results, string, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a broker")
 	}
@@ -47,5 +55,5 @@ func sweepWith(t *testing.T, o Options) (*Results, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res, out.String()
+	return res, out.String(), msg.String()
 }
