@@ -58,13 +58,7 @@ func (d *jsonDecoder) rawScalar() []byte {
 	if b[i] == '-' {
 		i++
 	}
-	j := i
-	for len(b)-j >= 8 && eightDigitsAt(word(b[j:j+8])) {
-		j += 8
-	}
-	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-		j++
-	}
+	j := digitsEnd(b, i)
 	switch n := j - i; {
 	case n == 0 || n > 18:
 		return nil
@@ -433,6 +427,18 @@ func smallInt(b []byte) (int, bool) {
 	return n, true
 }
 
+// digitsEnd returns where the ASCII digits from b[i] on end, testing
+// eight at a time.
+func digitsEnd(b []byte, i int) int {
+	for len(b)-i >= 8 && eightDigitsAt(word(b[i:i+8])) {
+		i += 8
+	}
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
 // eightDigitsAt reports whether each byte of w is an ASCII digit: its high
 // half 3, and still 3 with 6 added (which carries into it from 0x3a up).
 func eightDigitsAt(w uint64) bool {
@@ -501,16 +507,9 @@ func (d *jsonDecoder) scanNumber() (whole bool, err error) {
 		d.i++
 	}
 	digits := func() int {
-		b, start := d.b, d.i
-		i := start
-		for len(b)-i >= 8 && eightDigitsAt(word(b[i:i+8])) {
-			i += 8
-		}
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		d.i = i
-		return i - start
+		start := d.i
+		d.i = digitsEnd(d.b, start)
+		return d.i - start
 	}
 	if d.i >= len(d.b) {
 		return false, d.errorf("invalid number")

@@ -381,14 +381,9 @@ func TestAggregateFoldsIntsUnboxed(t *testing.T) {
 		"n": "count", "s": map[string]any{"sum": "value.x"}, "f": map[string]any{"first": "value.x"},
 		"l": map[string]any{"last": "value.ts"}, "d": map[string]any{"sum": "value.x * 2"}}})()
 	ctx := optest.NewContext(t)
-	dec := pipeline.NewDecoding(pipeline.String, pipeline.JSON, pipeline.ValueReads{Fields: []string{"x", "ts"}})
-	var buf pipeline.DecodeBuffer
-	recs := make([]*pipeline.Record, 300)
-	for i := range recs {
-		recs[i] = new(pipeline.Record)
-		recs[i].Read(&kgo.Record{Key: []byte("k"), Value: fmt.Appendf(nil, `{"x":%d,"ts":%d}`, 100000+i, 1795955790878123+i)}, dec)
-		recs[i].Preload(&buf)
-	}
+	recs := preloaded(300, []string{"x", "ts"}, func(i int) (key, value []byte) {
+		return []byte("k"), fmt.Appendf(nil, `{"x":%d,"ts":%d}`, 100000+i, 1795955790878123+i)
+	})
 	next := 0
 	process := func() {
 		if err := op.Process(ctx, recs[next]); err != nil {
@@ -464,15 +459,10 @@ func BenchmarkAggregateFold(b *testing.B) {
 	_, op := statefulOpener(b, "agg", "aggregate", map[string]any{"fields": map[string]any{
 		"count": "count", "seq": map[string]any{"last": "value.seq"}, "ts": map[string]any{"last": "value.ts"}}})()
 	ctx := optest.NewContext(b)
-	dec := pipeline.NewDecoding(pipeline.String, pipeline.JSON, pipeline.ValueReads{Fields: []string{"seq", "ts"}})
-	var buf pipeline.DecodeBuffer
-	recs := make([]*pipeline.Record, 1000)
-	for i := range recs {
-		recs[i] = new(pipeline.Record)
-		recs[i].Read(&kgo.Record{Key: fmt.Appendf(nil, "k%d", i%100),
-			Value: fmt.Appendf(nil, `{"seq":%d,"ts":%d,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`, 1234567+i, 1795955790878123+i)}, dec)
-		recs[i].Preload(&buf)
-	}
+	recs := preloaded(1000, []string{"seq", "ts"}, func(i int) (key, value []byte) {
+		return fmt.Appendf(nil, "k%d", i%100),
+			fmt.Appendf(nil, `{"seq":%d,"ts":%d,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`, 1234567+i, 1795955790878123+i)
+	})
 	// Process sets r's value to the output: each goes in as a copy.
 	var r pipeline.Record
 	b.ReportAllocs()
@@ -488,4 +478,19 @@ func BenchmarkAggregateFold(b *testing.B) {
 	if got := ctx.Emitted(""); len(got) == 0 || !strings.Contains(values(b, got[len(got)-1:]), `"ts":1795955790`) {
 		b.Fatalf("outputs: %d, the last %s", len(got), values(b, got[len(got)-1:]))
 	}
+}
+
+// preloaded returns n records of JSON values read as the engine reads them
+// for steps that read fields, and decoded: record i of kv(i).
+func preloaded(n int, fields []string, kv func(i int) (key, value []byte)) []*pipeline.Record {
+	dec := pipeline.NewDecoding(pipeline.String, pipeline.JSON, pipeline.ValueReads{Fields: fields})
+	var buf pipeline.DecodeBuffer
+	recs := make([]*pipeline.Record, n)
+	for i := range recs {
+		key, value := kv(i)
+		recs[i] = new(pipeline.Record)
+		recs[i].Read(&kgo.Record{Key: key, Value: value}, dec)
+		recs[i].Preload(&buf)
+	}
+	return recs
 }
