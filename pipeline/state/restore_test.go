@@ -8,8 +8,8 @@ import (
 )
 
 // TestRestoreManyKeys restores more keys than one block of the memory
-// backend's restore slabs holds, keys and values of every length up to
-// past the longest a block takes (values and map entries), then changes
+// backend's arena holds, keys and values of every length up to past the
+// longest that shares a block (values and map entries), then changes
 // and deletes some of them and restores again, checking each batch first
 // and applying it unchecked, as the runtime does: every key reads back as
 // written, and none that was deleted.
@@ -17,7 +17,7 @@ func TestRestoreManyKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, bk backendKind) {
 		const n = 1200
 		key := func(i int) []byte {
-			return append(fmt.Appendf(nil, "k%d-", i), bytes.Repeat([]byte{byte('a' + i%26)}, (i*37)%(slabKeyBytes/3)+i%3*slabKeyBytes/8)...)
+			return append(fmt.Appendf(nil, "k%d-", i), bytes.Repeat([]byte{byte('a' + i%26)}, (i*37)%(ownBlock/3)+i%3*ownBlock/8)...)
 		}
 		open := func() (*Store, *Value[string], *Map[int]) {
 			s := mustOpen(t, bk.new(t), newFakeClock())
@@ -26,7 +26,7 @@ func TestRestoreManyKeys(t *testing.T) {
 			return s, v, m
 		}
 		first := func(i int) (string, bool) {
-			return fmt.Sprint("value of ", i, strings.Repeat("v", (i*53)%(slabKeyBytes/3)+i%3*slabKeyBytes/8)), true
+			return fmt.Sprint("value of ", i, strings.Repeat("v", (i*53)%(ownBlock/3)+i%3*ownBlock/8)), true
 		}
 		var l changelog
 		s, v, m := open()

@@ -209,7 +209,7 @@ func (s *Store) Changes() []ChangelogRecord {
 				}
 			}
 		}
-		if e.val == nil && mem != nil && mem.data[k] == nil {
+		if e.val == nil && mem != nil && !mem.has(k) {
 			continue
 		}
 		keys = append(keys, k)
