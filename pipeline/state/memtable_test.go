@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -185,3 +186,37 @@ func checkExpiry(t *testing.T, tab *memTable, model map[string][]byte, now int64
 }
 
 func head[T any](s []T) []T { return s[:min(len(s), 3)] }
+
+// TestMemTableIndexHoldsNoPointers checks that what the memory table
+// keeps per key, its entries and index slots, has no pointer in it: the
+// collector skips such memory rather than marking every key of every
+// table at every collection.
+func TestMemTableIndexHoldsNoPointers(t *testing.T) {
+	tab := newMemTable(NewMemory())
+	for _, ty := range []reflect.Type{reflect.TypeOf(tab.entries).Elem(), reflect.TypeOf(tab.slots).Elem(), reflect.TypeOf(tab.heap).Elem()} {
+		if p := pointerIn(ty); p != "" {
+			t.Errorf("%s holds a pointer: %s", ty, p)
+		}
+	}
+}
+
+// pointerIn names a field of ty that is or holds a pointer, "" if none.
+func pointerIn(ty reflect.Type) string {
+	switch ty.Kind() {
+	case reflect.Struct:
+		for i := range ty.NumField() {
+			f := ty.Field(i)
+			if p := pointerIn(f.Type); p != "" {
+				return f.Name + "." + p
+			}
+		}
+		return ""
+	case reflect.Array:
+		return pointerIn(ty.Elem())
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return ""
+	}
+	return ty.Kind().String()
+}
