@@ -32,9 +32,9 @@ type table interface {
 	// during the call.
 	expire(now int64, limit int, fn func(exp int64, k []byte)) error
 	// commit applies ws and records applied (and fp unless "") atomically.
-	// A nil value deletes. borrowed says the values belong to the caller
-	// (Restore's records), so the table must copy what it keeps.
-	commit(ws []write, applied int64, fp string, borrowed bool) error
+	// A nil value deletes. The table copies what it keeps: ws belongs
+	// to the caller.
+	commit(ws []write, applied int64, fp string) error
 	// rollback forgets what expire handed out since the last commit.
 	rollback()
 	appliedOffset() int64

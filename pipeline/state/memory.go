@@ -305,9 +305,7 @@ func (t *memTable) expire(now int64, limit int, fn func(exp int64, k []byte)) er
 	return nil
 }
 
-// commit applies ws, copying the keys and values it keeps whether they
-// are borrowed or not.
-func (t *memTable) commit(ws []write, applied int64, fp string, _ bool) error {
+func (t *memTable) commit(ws []write, applied int64, fp string) error {
 	for _, w := range ws {
 		h := t.hash(w.key)
 		i, found := t.find(w.key, h)

@@ -315,7 +315,7 @@ func (t *pebbleTable) xkey(exp int64, k []byte) []byte {
 	return t.xbuf
 }
 
-func (t *pebbleTable) commit(ws []write, applied int64, fp string, _ bool) error {
+func (t *pebbleTable) commit(ws []write, applied int64, fp string) error {
 	b := t.p.db.NewBatch()
 	defer b.Close()
 	// Batch operations copy their arguments, so the scratch buffers may be

@@ -252,7 +252,7 @@ func (s *Store) Commit(lastOffset int64) error {
 		}
 		ws = append(ws, write{key: r.Key, val: r.Value, prev: s.ov[string(r.Key)].prev})
 	}
-	err := s.tab.commit(ws, max(s.tab.appliedOffset(), lastOffset), fp, false)
+	err := s.tab.commit(ws, max(s.tab.appliedOffset(), lastOffset), fp)
 	clear(ws)
 	s.ws = ws[:0]
 	if err != nil {
@@ -374,7 +374,7 @@ func (s *Store) restore(recs []ChangelogRecord, lastOffset int64, check bool) er
 	s.gen++
 	var err error
 	if len(ws) > 0 || fp != "" || lastOffset != applied {
-		err = s.tab.commit(ws, lastOffset, fp, true)
+		err = s.tab.commit(ws, lastOffset, fp)
 	}
 	clear(ws)
 	s.ws = ws[:0]
