@@ -115,6 +115,20 @@ type Forgetter interface {
 	KeepsNoRecords() bool
 }
 
+// InputForgetter is a Forgetter whose operators also keep no byte of what
+// a record was read from once Process returns: not its key, value or
+// headers as read (a copy made with CopyWithoutValue shares them, and so
+// do the []byte of a value or key in the bytes format), nor a value
+// holding them. Whatever they emit of a record, they emit before
+// Process returns. In a graph whose steps all say so, the engine hands
+// the memory the client fetched records into back to the client for the
+// next fetch, once the records written of them are acknowledged: an
+// operator that says so and keeps such bytes sees them change under it.
+type InputForgetter interface {
+	Forgetter
+	KeepsNoInput() bool
+}
+
 // Definition is an operator as configured: built once from its YAML spec,
 // it makes one Operator per task.
 type Definition interface {

@@ -179,7 +179,8 @@ func (s *Sink) ensureProducerID(ctx context.Context) error {
 
 // Produce sends r inside the open transaction. It blocks while the client's
 // buffer is full (back-pressure). A failure is remembered and makes the
-// transaction abort at Commit.
+// transaction abort at Commit. When r.Context is an Acker, its Acked is
+// called once the producer is done with r, before Commit can return.
 func (s *Sink) Produce(ctx context.Context, r *kgo.Record) {
 	s.pending.Add(1)
 	s.produced.Add(1)
@@ -187,13 +188,23 @@ func (s *Sink) Produce(ctx context.Context, r *kgo.Record) {
 	s.sess.Load().Produce(ctx, r, s.promise)
 }
 
+// Acker is a kgo.Record.Context the sink tells when the producer is done
+// with the record: acknowledged, or failed.
+type Acker interface {
+	Acked()
+}
+
 func (s *Sink) acked(r *kgo.Record, err error) {
+	a, _ := r.Context.(Acker)
 	if err != nil {
 		s.mu.Lock()
 		if s.firstErr == nil {
 			s.firstErr = &ProduceError{Topic: r.Topic, Partition: r.Partition, Err: err}
 		}
 		s.mu.Unlock()
+		if a != nil {
+			a.Acked()
+		}
 		s.pending.Done()
 		return
 	}
@@ -208,6 +219,9 @@ func (s *Sink) acked(r *kgo.Record, err error) {
 	}
 	pa.n++
 	pa.last = max(pa.last, r.Offset)
+	if a != nil {
+		a.Acked()
+	}
 	s.pending.Done()
 }
 

@@ -98,6 +98,10 @@ type Graph struct {
 	// it: tasks then reuse the memory of the records they read (see
 	// forgets).
 	forgets bool
+	// recycles is set when, moreover, no step keeps a byte of what a
+	// record was read from (pipeline.InputForgetter): the client's
+	// fetched memory then goes back to it (fetchpool.Pool).
+	recycles bool
 }
 
 // Build turns the configuration into a graph, compiling every expression.
@@ -385,6 +389,7 @@ func Build(cfg *config.Config, reg *pipeline.Registry) (*Graph, error) {
 		}
 	}
 	g.forgets = forgets(g.nodes)
+	g.recycles = g.forgets && recycles(g.nodes)
 	return g, nil
 }
 
@@ -404,6 +409,20 @@ func forgets(nodes []*node) bool {
 			return false
 		}
 		if f, ok := n.def.(pipeline.Forgetter); !ok || !f.KeepsNoRecords() {
+			return false
+		}
+	}
+	return true
+}
+
+// recycles reports whether every step of a graph that forgets records is
+// a pipeline.InputForgetter that keeps no input.
+func recycles(nodes []*node) bool {
+	for _, n := range nodes {
+		if n.kind != stepNode {
+			continue
+		}
+		if f, ok := n.def.(pipeline.InputForgetter); !ok || !f.KeepsNoInput() {
 			return false
 		}
 	}

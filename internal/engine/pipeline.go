@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pipeline-run/pipeline/config"
+	"github.com/pipeline-run/pipeline/internal/fetchpool"
+	"github.com/pipeline-run/pipeline/internal/lz4frame"
 	"github.com/pipeline-run/pipeline/offsets"
 	"github.com/pipeline-run/pipeline/pipeline"
 	"github.com/pipeline-run/pipeline/pipeline/state"
@@ -125,6 +127,10 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		kgo.RecordPartitioner(manualPartitioner{manual: manual, marked: marked, byKey: kgo.StickyKeyPartitioner(nil)}))
 	opts = append(opts, kgo.ProducerBatchMaxBytesFn(lim.batch),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { rt.assigned(m) }))
+	if p.g.recycles {
+		rt.pool = new(fetchpool.Pool)
+		opts = append(opts, kgo.WithPools(rt.pool), kgo.WithDecompressor(lz4frame.NewDecompressor().WithAlloc(rt.pool.Bytes)))
+	}
 	opts = append(opts, p.extra...)
 	rt.sink, err = txsink.New(opts, p.log)
 	if err != nil {
@@ -167,10 +173,13 @@ type runtime struct {
 	log     *slog.Logger
 	sink    *txsink.Sink
 	produce func(*kgo.Record) // into the open transaction
-	stages  []*stage          // by node index
-	track   *offsets.Tracker
-	nextID  wire.CheckpointID
-	runID   string
+	// pool takes the fetched records' memory back, in a graph that
+	// recycles it (Graph.recycles); nil otherwise.
+	pool   *fetchpool.Pool
+	stages []*stage // by node index
+	track  *offsets.Tracker
+	nextID wire.CheckpointID
+	runID  string
 	// cadence is when the last checkpoint stopped reading, if it read
 	// for its whole interval and committed; zero otherwise. See nextDeadline.
 	cadence time.Time
@@ -288,6 +297,12 @@ func (rt *runtime) fatalErr() error {
 // recordFailed routes a failed record to the dead-letter topic, inside the
 // open transaction, with the error and the source position in headers.
 func (rt *runtime) recordFailed(e *pipeline.RecordError, r *pipeline.Record) {
+	rt.recordFailedIn(nil, e, r)
+}
+
+// recordFailedIn is recordFailed for a record of the chunk h holds (nil
+// for none): the dead letter may be the fetched bytes.
+func (rt *runtime) recordFailedIn(h *chunkHold, e *pipeline.RecordError, r *pipeline.Record) {
 	if rt.g.dlq == "" {
 		rt.fail(fmt.Errorf("%w (no dead_letter topic is configured, so the pipeline stops; nothing after the last checkpoint is committed)", e))
 		return
@@ -318,6 +333,9 @@ func (rt *runtime) recordFailed(e *pipeline.RecordError, r *pipeline.Record) {
 			kr.Value = kr.Value[:max(0, len(kr.Value)-(size-limit)-64)]
 			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: wire.HeaderTruncated, Value: fmt.Appendf(nil, "%d", orig)})
 		}
+	}
+	if h != nil {
+		h.tag(kr)
 	}
 	rt.Produce(kr)
 	rt.p.stats.dead.Add(1)

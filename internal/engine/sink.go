@@ -183,6 +183,9 @@ func (s *sinkOp) Process(ctx pipeline.Context, r *pipeline.Record) error {
 		kr = s.newRecord()
 	}
 	*kr = out
+	if h := ctx.(*opContext).task.held; h != nil {
+		h.tag(kr)
+	}
 	s.prod.Produce(kr)
 	return nil
 }
@@ -205,12 +208,15 @@ func outputSize(kr *kgo.Record) int {
 // kr itself becomes the output record: nothing else holds it once it is
 // handed out (the offsets were noted when it was dispatched), and a replay
 // after an abort fetches the input again.
-func (s *sinkOp) passThrough(kr *kgo.Record) bool {
+func (s *sinkOp) passThrough(kr *kgo.Record, h *chunkHold) bool {
 	if s.maxBytes > 0 && outputSize(kr) > s.maxBytes {
 		return false
 	}
 	// What the fetch filled in and the producer does not set itself.
 	kr.Topic, kr.Context = s.def.topic, nil
+	if h != nil {
+		h.tag(kr)
+	}
 	kr.Partition, kr.Offset, kr.LeaderEpoch = 0, 0, 0
 	kr.Attrs, kr.ProducerID, kr.ProducerEpoch = kgo.RecordAttrs{}, 0, 0
 	s.prod.Produce(kr)

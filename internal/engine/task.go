@@ -55,6 +55,10 @@ type task struct {
 	spare chan *aheadMem
 	// made counts the aheadMems the decoder allocated, for tests.
 	made int
+	// held holds the chunk of fetched records being processed, in a graph
+	// that recycles them (runtime.pool): what is produced meanwhile is
+	// tagged with it. Only the task's goroutine uses it.
+	held *chunkHold
 
 	// ctx is done once the task stops, or when the shutdown grace period
 	// is over: operators that call out pass it on (pipeline.Context).
@@ -301,6 +305,9 @@ func (t *task) run() {
 		var srcTopic string
 		var direct *sinkOp // src's direct sink, if it has one
 		var in *inputTime  // src's partition, in graphs tracking event time
+		if t.rt.pool != nil {
+			t.held = newChunkHold(w.recs)
+		}
 		for i, kr := range w.recs {
 			if t.rt.failed() {
 				// A record failed with no dead-letter topic: the
@@ -323,7 +330,7 @@ func (t *task) run() {
 				}
 			}
 			t.counts[src.idx]++
-			if direct != nil && direct.passThrough(kr) {
+			if direct != nil && direct.passThrough(kr, t.held) {
 				t.counts[src.direct.idx]++
 				continue
 			}
@@ -348,7 +355,7 @@ func (t *task) run() {
 				if src.et.from != nil && tt != nil {
 					ts, err := tt.eventTimeOf(src.et, r)
 					if err != nil {
-						t.rt.recordFailed(&pipeline.RecordError{Step: src.name, Path: src.et.path, Position: r.Source, Err: err}, r)
+						t.rt.recordFailedIn(t.held, &pipeline.RecordError{Step: src.name, Path: src.et.path, Position: r.Source, Err: err}, r)
 						continue
 					}
 					r.Timestamp = ts
@@ -360,6 +367,12 @@ func (t *task) run() {
 			t.deliver(src, "", r)
 		}
 		t.rt.processed(len(w.recs))
+		if h := t.held; h != nil {
+			// Done with the chunk here: the client has its memory back
+			// once what was produced of it is acknowledged.
+			t.held = nil
+			h.release()
+		}
 		if t.rt.g.forgets {
 			// No step kept any of the chunk's records, nor a value
 			// built of them.
@@ -431,7 +444,7 @@ func (t *task) flush(n *node) {
 // recordFailed sends the input r derives from to the dead-letter topic, or
 // stops the pipeline when there is none.
 func (t *task) recordFailed(n *node, r *pipeline.Record, err error) {
-	t.rt.recordFailed(&pipeline.RecordError{Step: n.name, Path: n.path, Position: r.Source, Err: err}, r)
+	t.rt.recordFailedIn(t.held, &pipeline.RecordError{Step: n.name, Path: n.path, Position: r.Source, Err: err}, r)
 }
 
 // stop ends the task's goroutine once its queue is done.

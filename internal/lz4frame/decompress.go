@@ -30,12 +30,21 @@ const MaxBatchBytes = 1 << 30
 type Decompressor struct {
 	other kgo.Decompressor
 	max   int
+	alloc func(n int) []byte // nil: make
 }
 
 // NewDecompressor returns a decompressor that bounds a batch at
 // MaxBatchBytes.
 func NewDecompressor() *Decompressor {
 	return &Decompressor{other: kgo.DefaultDecompressor(), max: MaxBatchBytes}
+}
+
+// WithAlloc returns a copy of d that decompresses lz4 into slices of n
+// bytes from alloc: a pool's, which the client fills in kgo.WithPools.
+func (d *Decompressor) WithAlloc(alloc func(n int) []byte) *Decompressor {
+	c := *d
+	c.alloc = alloc
+	return &c
 }
 
 var (
@@ -147,7 +156,12 @@ func (d *Decompressor) frames(src []byte) ([]byte, error) {
 			src = src[4:]
 		}
 	}
-	out := make([]byte, total)
+	var out []byte
+	if d.alloc != nil {
+		out = d.alloc(total)
+	} else {
+		out = make([]byte, total)
+	}
 	at := 0
 	for _, b := range blocks {
 		if b.raw {

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
@@ -207,6 +208,23 @@ func (a *aggregate) Fingerprint() string { return a.fp }
 // copy of each changed key's last record, made with CopyWithoutValue, not
 // the record (pipeline.Forgetter).
 func (a *aggregate) KeepsNoRecords() bool { return true }
+
+// KeepsNoInput: emitting on every update, the operator keeps its keys as
+// copies and accumulators of decoded values, and copies the []byte of a
+// first, last or collect (detach); emitting at checkpoints, its copies
+// of last records share their bytes. A reduce's state can be anything its
+// expression builds (pipeline.InputForgetter).
+func (a *aggregate) KeepsNoInput() bool {
+	if a.emit == "checkpoint" {
+		return false
+	}
+	for _, f := range a.fields {
+		if f.kind == aggReduce {
+			return false
+		}
+	}
+	return true
+}
 
 // MergesInputs: with emit: checkpoint, one output stands for every input
 // of its key in the checkpoint.
@@ -738,6 +756,9 @@ func (f *aggField) foldValue(ev *pipeline.Evaluator, cur any, r *pipeline.Record
 		if x, err = ev.Eval(f.expr, r); err != nil {
 			return nil, err
 		}
+		if f.kind == aggFirst || f.kind == aggLast || f.kind == aggCollect {
+			x = detach(x)
+		}
 	}
 	switch f.kind {
 	case aggCount:
@@ -791,6 +812,32 @@ func (f *aggField) foldValue(ev *pipeline.Evaluator, cur any, r *pipeline.Record
 		return list, nil
 	}
 	return cur, nil
+}
+
+// detach returns x with every []byte in it copied: the bytes of a key or
+// value read in the bytes format are the record's as read, which the
+// engine may reuse once the record is done (pipeline.InputForgetter). Maps
+// and lists are changed in place: Eval's are new or the record's own.
+func detach(x any) any {
+	switch x := x.(type) {
+	case []byte:
+		return bytes.Clone(x)
+	case map[string]any:
+		for k, v := range x {
+			switch v.(type) {
+			case []byte, map[string]any, []any:
+				x[k] = detach(v)
+			}
+		}
+	case []any:
+		for i, v := range x {
+			switch v.(type) {
+			case []byte, map[string]any, []any:
+				x[i] = detach(v)
+			}
+		}
+	}
+	return x
 }
 
 // addNumbers adds b to a (a absent when !has), keeping whole numbers whole.

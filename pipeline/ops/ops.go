@@ -21,6 +21,9 @@ func (s stateless) NewOperator(pipeline.TaskID) (pipeline.Operator, error) { ret
 // record, or drop it, before Process returns (pipeline.Forgetter).
 func (s stateless) KeepsNoRecords() bool { return true }
 
+// KeepsNoInput: nor any of their bytes (pipeline.InputForgetter).
+func (s stateless) KeepsNoInput() bool { return true }
+
 // ChangesKeys reports whether the operator sets record keys: a map or a
 // flat_map with a key expression.
 func (s stateless) ChangesKeys() bool {
