@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline-run/pipeline/internal/fetchpool"
+	"github.com/pipeline-run/pipeline/internal/lz4frame"
 )
 
 // The limit arm is the fastest plain copy the client allows: in every
@@ -30,6 +33,9 @@ type copyVariant struct {
 	// handoff produces each fetch on a goroutine of its own while the
 	// loop polls the next, as the pipeline's tasks do.
 	handoff bool
+	// pooled fetches into a fetchpool.Pool and recycles each record once
+	// it is acknowledged, as the pipeline does in graphs that let it.
+	pooled bool
 	// opts go after the common tuning (tuning), so they override it.
 	opts []kgo.Opt
 }
@@ -44,6 +50,7 @@ var limitVariants = []copyVariant{
 	{name: "reuse, uncompressed", reuse: true, opts: []kgo.Opt{kgo.WithCompressor(nil), kgo.ProducerBatchCompression(kgo.NoCompression())}},
 	{name: "reuse, two clients", reuse: true, split: true},
 	{name: "reuse, produced while polling", reuse: true, handoff: true},
+	{name: "reuse, pooled fetches", reuse: true, pooled: true},
 	{name: "reuse, 256 KiB partition fetches", reuse: true, opts: []kgo.Opt{kgo.FetchMaxPartitionBytes(256 << 10)}},
 	{name: "reuse, 1M buffered, 100 MiB fetches", reuse: true, opts: []kgo.Opt{
 		kgo.MaxBufferedRecords(1_000_000), kgo.MaxBufferedBytes(1 << 30),
@@ -119,6 +126,10 @@ func variantArm(a *Arm, v copyVariant) *Arm {
 func runCopyVariant(v copyVariant) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
 		opts := append(e.clientOpts(), v.opts...)
+		if v.pooled {
+			pool := new(fetchpool.Pool)
+			opts = append(opts, kgo.WithPools(pool), kgo.WithDecompressor(lz4frame.NewDecompressor().WithAlloc(pool.Bytes)))
+		}
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			return err
@@ -133,7 +144,11 @@ func runCopyVariant(v copyVariant) func(context.Context, *env) error {
 			defer prod.Close()
 		}
 		var perr firstErr
-		acked := func(_ *kgo.Record, err error) {
+		acked := func(r *kgo.Record, err error) {
+			if v.pooled {
+				// The record produced is the one fetched: done with.
+				defer r.Recycle()
+			}
 			if err != nil {
 				perr.set(err)
 				return
