@@ -332,6 +332,11 @@ func TestWindowsMatchTheOracle(t *testing.T) {
 				}
 				return nil
 			}))
+			// The client's fetched memory goes back to it as the
+			// windows go (chunkHold): the oracle checks that too.
+			if !first.g.recycles {
+				t.Fatal("the windowed graph does not recycle what it fetches")
+			}
 			testkit.RunUntilCommitted(t, k, first, "t", "in")
 			if every.Fired() == 0 {
 				t.Fatal("no checkpoint was aborted")

@@ -185,6 +185,19 @@ func (w *window) UsesEventTime() bool { return !w.procTime }
 // (pipeline.Forgetter).
 func (w *window) KeepsNoRecords() bool { return true }
 
+// KeepsNoInput: its keys are copies, its accumulators decoded values
+// (first, last and collect copy []byte, as aggregate's do), its results
+// built of them; but a reduce's state can be anything its expression
+// builds (pipeline.InputForgetter).
+func (w *window) KeepsNoInput() bool {
+	for _, f := range w.fields {
+		if f.kind == aggReduce {
+			return false
+		}
+	}
+	return true
+}
+
 // MergesInputs: a window's result stands for all its records.
 func (w *window) MergesInputs() (sub, what, instead string) {
 	return ".fields", "a window writes one record for many inputs", "use aggregate with emit: update"
