@@ -18,8 +18,9 @@ import (
 // count per key, ~60% of what it allocated a record.
 //
 // Its user says when a fetched record is done with (kgo.Record.Recycle),
-// once nothing reads its key, value or headers any more. It keeps at most a few slices of
-// each size; what it does not keep goes to the collector as before.
+// once nothing reads its key, value or headers any more. It keeps at most
+// a few slices of each size; what it does not keep goes to the collector
+// as before.
 type Pool struct {
 	mu    sync.Mutex
 	recs  [][]kgo.Record

@@ -211,19 +211,15 @@ func (a *aggregate) KeepsNoRecords() bool { return true }
 
 // KeepsNoInput: emitting on every update, the operator keeps its keys as
 // copies and accumulators of decoded values, and copies the []byte of a
-// first, last or collect (detach); emitting at checkpoints, its copies
-// of last records share their bytes. A reduce's state can be anything its
-// expression builds (pipeline.InputForgetter).
-func (a *aggregate) KeepsNoInput() bool {
-	if a.emit == "checkpoint" {
-		return false
-	}
-	for _, f := range a.fields {
-		if f.kind == aggReduce {
-			return false
-		}
-	}
-	return true
+// first, last or collect of a record read in the bytes format (detach);
+// emitting at checkpoints, its copies of last records share their bytes.
+// A reduce's state can be anything its expression builds
+// (pipeline.InputForgetter).
+func (a *aggregate) KeepsNoInput() bool { return a.emit != "checkpoint" && !hasReduce(a.fields) }
+
+// hasReduce reports whether any of fields is a reduce.
+func hasReduce(fields []aggField) bool {
+	return slices.ContainsFunc(fields, func(f aggField) bool { return f.kind == aggReduce })
 }
 
 // MergesInputs: with emit: checkpoint, one output stands for every input
@@ -756,7 +752,7 @@ func (f *aggField) foldValue(ev *pipeline.Evaluator, cur any, r *pipeline.Record
 		if x, err = ev.Eval(f.expr, r); err != nil {
 			return nil, err
 		}
-		if f.kind == aggFirst || f.kind == aggLast || f.kind == aggCollect {
+		if (f.kind == aggFirst || f.kind == aggLast || f.kind == aggCollect) && readsBytes(r) {
 			x = detach(x)
 		}
 	}
@@ -812,6 +808,13 @@ func (f *aggField) foldValue(ev *pipeline.Evaluator, cur any, r *pipeline.Record
 		return list, nil
 	}
 	return cur, nil
+}
+
+// readsBytes reports whether r's key or value was read in the bytes
+// format: only then can what Eval returns of r hold r's bytes as read
+// (other formats decode to strings, which are copies).
+func readsBytes(r *pipeline.Record) bool {
+	return r.Key.Format() == pipeline.Bytes || r.Value.Format() == pipeline.Bytes
 }
 
 // detach returns x with every []byte in it copied: the bytes of a key or

@@ -189,14 +189,7 @@ func (w *window) KeepsNoRecords() bool { return true }
 // (first, last and collect copy []byte, as aggregate's do), its results
 // built of them; but a reduce's state can be anything its expression
 // builds (pipeline.InputForgetter).
-func (w *window) KeepsNoInput() bool {
-	for _, f := range w.fields {
-		if f.kind == aggReduce {
-			return false
-		}
-	}
-	return true
-}
+func (w *window) KeepsNoInput() bool { return !hasReduce(w.fields) }
 
 // MergesInputs: a window's result stands for all its records.
 func (w *window) MergesInputs() (sub, what, instead string) {
