@@ -133,7 +133,7 @@ func directOf(node ast.Node) (directRead, string) {
 		obj, ok := t.Arguments[0].(*ast.IdentifierNode)
 		name, ok2 := t.Arguments[1].(*ast.StringNode)
 		if ok && ok2 && obj.Value == "value" {
-			return directValueField, name.Value
+			return directValueField, codec.Intern(name.Value)
 		}
 	}
 	return notDirect, ""

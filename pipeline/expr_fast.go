@@ -315,7 +315,7 @@ func fastMember(n *ast.CallNode) fastFn {
 	if !ok {
 		return nil
 	}
-	field := name.Value
+	field := codec.Intern(name.Value)
 	// The commonest read, value.f, without a call for value.
 	if obj, ok := n.Arguments[0].(*ast.IdentifierNode); ok && obj.Value == "value" {
 		return func(env *fastEnv) (val, bool) {

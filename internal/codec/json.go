@@ -785,16 +785,21 @@ func htmlUnsafeBits(w uint64) uint64 {
 type Projection struct {
 	names []string
 	set   map[string]int // index of each name, when there are many
+	plain bool           // every name is a plainName
 }
 
 // maxSmallProjection is the most names a projection looks up one by one.
 const maxSmallProjection = 8
 
 func NewProjection(names []string) *Projection {
-	p := &Projection{names: names}
+	p := &Projection{names: make([]string, len(names)), plain: true}
+	for i, n := range names {
+		p.names[i] = Intern(n)
+		p.plain = p.plain && plainName(n)
+	}
 	if len(names) > maxSmallProjection {
 		p.set = make(map[string]int, len(names))
-		for i, n := range names {
+		for i, n := range p.names {
 			if _, dup := p.set[n]; !dup {
 				p.set[n] = i
 			}
@@ -896,6 +901,11 @@ func (f *Field) RawInt() (n int, ok bool) {
 // document is not an object (DecodeJSONFields decodes it). It refuses
 // exactly what DecodeJSONFields refuses.
 func DecodeJSONFieldList(b []byte, p *Projection, buf []Field) (fields []Field, ok bool, err error) {
+	if p != nil {
+		if fields, ok = quickFieldList(b, p, buf); ok {
+			return fields, true, nil
+		}
+	}
 	d := jsonDecoder{b: b, keepRaw: true}
 	d.space()
 	if p == nil || d.i >= len(d.b) || d.b[d.i] != '{' {
