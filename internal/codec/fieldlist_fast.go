@@ -1,5 +1,7 @@
 package codec
 
+import "math/bits"
+
 // quickFieldList is DecodeJSONFieldList for the common document: an
 // object of keys without escapes, with any whitespace between tokens. It
 // keeps its place in locals rather than in a decoder, matches each key
@@ -22,13 +24,13 @@ func quickFieldList(b []byte, p *Projection, fields []Field) ([]Field, bool) {
 	// before it is seen.
 	var at [maxSmallProjection]uint8
 	n := len(b)
-	i := skipSpace(b, 0)
+	i := ws(b, 0)
 	if i >= n || b[i] != '{' {
 		return fields[:base], false
 	}
-	i = skipSpace(b, i+1)
+	i = ws(b, i+1)
 	if i < n && b[i] == '}' {
-		if skipSpace(b, i+1) != n {
+		if ws(b, i+1) != n {
 			return fields[:base], false
 		}
 		return fields, true
@@ -40,10 +42,16 @@ func quickFieldList(b []byte, p *Projection, fields []Field) ([]Field, bool) {
 		i++
 		// The key: p's name that it is, if any, compared where it stands.
 		idx := -1
-		for j, name := range p.names {
-			if e := i + len(name); e < n && b[e] == '"' && len(name) > 0 && b[i] == name[0] && string(b[i:e]) == name {
-				idx, i = j, e+1
-				break
+		if i < n {
+			// Only the names that start with the key's first byte, the
+			// first of them first, as Projection.index finds them.
+			for m := p.firsts[b[i]]; m != 0; m &= m - 1 {
+				j := bits.TrailingZeros8(m)
+				name := p.names[j]
+				if e := i + len(name); e < n && b[e] == '"' && string(b[i:e]) == name {
+					idx, i = j, e+1
+					break
+				}
 			}
 		}
 		if idx < 0 {
@@ -63,11 +71,11 @@ func quickFieldList(b []byte, p *Projection, fields []Field) ([]Field, bool) {
 			}
 			i++
 		}
-		i = skipSpace(b, i)
+		i = ws(b, i)
 		if i >= n || b[i] != ':' {
 			return fields[:base], false
 		}
-		i = skipSpace(b, i+1)
+		i = ws(b, i+1)
 		if i >= n {
 			return fields[:base], false
 		}
@@ -103,15 +111,15 @@ func quickFieldList(b []byte, p *Projection, fields []Field) ([]Field, bool) {
 				at[idx] = uint8(len(fields) - base)
 			}
 		}
-		i = skipSpace(b, i)
+		i = ws(b, i)
 		if i >= n {
 			return fields[:base], false
 		}
 		switch b[i] {
 		case ',':
-			i = skipSpace(b, i+1)
+			i = ws(b, i+1)
 		case '}':
-			if skipSpace(b, i+1) != n {
+			if ws(b, i+1) != n {
 				return fields[:base], false
 			}
 			return fields, true
@@ -126,6 +134,9 @@ func quickFieldList(b []byte, p *Projection, fields []Field) ([]Field, bool) {
 // (which the general decoder reads as UTF-8, replacing what is invalid).
 // quickFieldList reads keys of projections whose names all are.
 func plainName(name string) bool {
+	if name == "" {
+		return false // Projection.firsts has no entry for it
+	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c == '"' || c == '\\' || c < 0x20 || c >= 0x80 {
 			return false
@@ -134,7 +145,16 @@ func plainName(name string) bool {
 	return true
 }
 
-// skipSpace returns where the JSON whitespace from b[i] on ends.
+// ws returns where the JSON whitespace from b[i] on ends. Most calls find
+// none: one comparison says so, inlined.
+func ws(b []byte, i int) int {
+	if i < len(b) && b[i] > ' ' {
+		return i
+	}
+	return skipSpace(b, i)
+}
+
+// skipSpace is ws's loop.
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
@@ -148,20 +168,14 @@ func skipSpace(b []byte, i int) int {
 func skipValue(b []byte, i int) (end int, ok bool) {
 	switch c := b[i]; {
 	case c == '"':
-		j := i + 1
-		for {
-			j += plainPrefix(b[j:])
-			if j >= len(b) {
-				return i, false
-			}
-			c := b[j]
-			if c == '"' {
+		// plainPrefix stops at the word holding the first byte that
+		// needs attention: the byte loop finds it.
+		for j := i + 1 + plainPrefix(b[i+1:]); j < len(b); j++ {
+			if c := b[j]; c == '"' {
 				return j + 1, true
-			}
-			if c < 0x20 || c == '\\' {
+			} else if c < 0x20 || c == '\\' {
 				break // the decoder reads escapes, and refuses controls
 			}
-			j++
 		}
 	case c >= '1' && c <= '9':
 		j := digitsEnd(b, i+1)

@@ -65,3 +65,24 @@ func TestInternKeepsOneCopy(t *testing.T) {
 		t.Fatal("a projection's names are not interned")
 	}
 }
+
+// TestQuickFieldListKeepsTheFirstOfNamesAlike checks names sharing a first
+// byte, a name given twice and the empty name.
+func TestQuickFieldListKeepsTheFirstOfNamesAlike(t *testing.T) {
+	doc := []byte(`{"sum":1,"s":2,"seq":3,"":4}`)
+	for _, names := range [][]string{{"seq", "s", "sum", "seq"}, {"s", "", "sum"}} {
+		p := NewProjection(names)
+		got, ok := quickFieldList(doc, p, nil)
+		d := jsonDecoder{b: doc, keepRaw: true}
+		want, err := d.fieldList(p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && !reflect.DeepEqual(got, want) {
+			t.Errorf("%q:\n got %#v\nwant %#v", names, got, want)
+		}
+		if hasEmpty := names[1] == ""; ok == hasEmpty {
+			t.Errorf("%q: quick %v", names, ok)
+		}
+	}
+}

@@ -786,6 +786,9 @@ type Projection struct {
 	names []string
 	set   map[string]int // index of each name, when there are many
 	plain bool           // every name is a plainName
+	// firsts holds, by byte, the names that start with it, a bit each
+	// (names[i] is bit i), when there are at most eight.
+	firsts [256]uint8
 }
 
 // maxSmallProjection is the most names a projection looks up one by one.
@@ -796,6 +799,9 @@ func NewProjection(names []string) *Projection {
 	for i, n := range names {
 		p.names[i] = Intern(n)
 		p.plain = p.plain && plainName(n)
+		if n != "" && i < 8 {
+			p.firsts[n[0]] |= 1 << i
+		}
 	}
 	if len(names) > maxSmallProjection {
 		p.set = make(map[string]int, len(names))
