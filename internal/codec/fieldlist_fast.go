@@ -154,7 +154,7 @@ func ws(b []byte, i int) int {
 	return skipSpace(b, i)
 }
 
-// skipSpace is ws's loop.
+// skipSpace is ws's loop (and the decoder's, through space).
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
@@ -163,26 +163,19 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipValue checks the value at b[i] as the decoder's skip does and
-// returns where it ends; ok is false where skip would fail. Strings
-// without escapes and integers are read here; anything else by skip.
+// returns where it ends; ok is false where skip would fail. Integers are
+// read here, and strings without escapes; anything else by skip.
 func skipValue(b []byte, i int) (end int, ok bool) {
 	switch c := b[i]; {
 	case c == '"':
-		// plainPrefix stops at the word holding the first byte that
-		// needs attention: the byte loop finds it.
-		for j := i + 1 + plainPrefix(b[i+1:]); j < len(b); j++ {
-			if c := b[j]; c == '"' {
-				return j + 1, true
-			} else if c < 0x20 || c == '\\' {
-				break // the decoder reads escapes, and refuses controls
-			}
+		if j := plainEnd(b, i+1); j < len(b) && b[j] == '"' {
+			return j + 1, true
 		}
 	case c >= '1' && c <= '9':
 		j := digitsEnd(b, i+1)
-		if j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E') {
-			break
+		if j >= len(b) || (b[j] != '.' && b[j] != 'e' && b[j] != 'E') {
+			return j, true
 		}
-		return j, true
 	}
 	d := jsonDecoder{b: b, i: i}
 	if d.skip(1) != nil {

@@ -1,6 +1,9 @@
 package codec
 
-import "sync"
+import (
+	"strings"
+	"sync"
+)
 
 // interned holds one copy of each field name a configuration mentions.
 var interned struct {
@@ -23,7 +26,7 @@ func Intern(s string) string {
 	if interned.m == nil {
 		interned.m = map[string]string{}
 	}
-	s = string([]byte(s)) // not part of a larger string kept alive
+	s = strings.Clone(s) // not part of a larger string kept alive
 	interned.m[s] = s
 	return s
 }

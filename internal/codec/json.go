@@ -81,22 +81,7 @@ func (d *jsonDecoder) errorf(format string, args ...any) error {
 	return fmt.Errorf("invalid JSON at byte %d: %s", d.i, fmt.Sprintf(format, args...))
 }
 
-func (d *jsonDecoder) space() {
-	// Most calls find none: one comparison says so, inlined.
-	if d.i < len(d.b) && d.b[d.i] > ' ' {
-		return
-	}
-	d.spaces()
-}
-
-func (d *jsonDecoder) spaces() {
-	for d.i < len(d.b) {
-		if c := d.b[d.i]; c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-			return
-		}
-		d.i++
-	}
-}
+func (d *jsonDecoder) space() { d.i = ws(d.b, d.i) }
 
 func (d *jsonDecoder) value(depth int) (any, error) {
 	if d.i >= len(d.b) {
@@ -799,7 +784,7 @@ func NewProjection(names []string) *Projection {
 	for i, n := range names {
 		p.names[i] = Intern(n)
 		p.plain = p.plain && plainName(n)
-		if n != "" && i < 8 {
+		if n != "" && i < maxSmallProjection {
 			p.firsts[n[0]] |= 1 << i
 		}
 	}
@@ -1118,11 +1103,24 @@ func (d *jsonDecoder) skipComposite(depth int, end byte, what string) error {
 	}
 }
 
+// plainEnd returns where the bytes from b[i] on that need no attention
+// inside a JSON string end (plainPrefix's), at a quote, a backslash, a
+// control byte or the end of b. plainPrefix stops at the word holding the
+// byte; the byte loop finds it (calling plainPrefix again for each byte of
+// that word was most of skipping a short string).
+func plainEnd(b []byte, i int) int {
+	i += plainPrefix(b[i:])
+	for i < len(b) && b[i] >= 0x20 && b[i] != '"' && b[i] != '\\' {
+		i++
+	}
+	return i
+}
+
 // skipStr checks a string as str would, building nothing.
 func (d *jsonDecoder) skipStr() error {
 	d.i++ // "
 	for {
-		d.i += plainPrefix(d.b[d.i:])
+		d.i = plainEnd(d.b, d.i)
 		if d.i >= len(d.b) {
 			return d.errorf("unterminated string")
 		}
@@ -1132,9 +1130,6 @@ func (d *jsonDecoder) skipStr() error {
 			return nil
 		case c < 0x20:
 			return d.errorf("control character in a string")
-		case c != '\\':
-			d.i++
-			continue
 		}
 		d.i++ // backslash
 		if d.i >= len(d.b) {
